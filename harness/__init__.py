@@ -1,0 +1,1 @@
+"""Measurement harness: timer, roofline, sweeps, records and the ``vk`` command line."""

@@ -1,0 +1,90 @@
+"""What a record must say about where it was measured: GPU, driver, versions, source hash."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import platform
+import shlex
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+SOURCE_DIRS = ("verify_kernels",)
+SOURCE_SUFFIXES = (".py", ".cu", ".cuh")
+
+
+@lru_cache(maxsize=None)
+def source_hash() -> str:
+    """sha256 (first 16 hex) over the kernel sources: a record is stale when this changes."""
+    digest = hashlib.sha256()
+    for directory in SOURCE_DIRS:
+        for path in sorted((PACKAGE_ROOT / directory).rglob("*")):
+            if path.suffix in SOURCE_SUFFIXES and "__pycache__" not in path.parts:
+                digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _version(package: str) -> str | None:
+    for name in (package, f"{package}-cuda13x", f"{package}-cuda12x"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _driver_version() -> str | None:
+    try:
+        completed = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                   capture_output=True, text=True, timeout=10, check=True)
+        return completed.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+@lru_cache(maxsize=None)
+def describe_environment() -> dict:
+    """Machine, GPU and library versions for every record."""
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "cupy": _version("cupy"),
+        "optuna": _version("optuna"),
+        "source_hash": source_hash(),
+        "host": platform.node(),
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update({
+            "gpu": props.name,
+            "sm_count": props.multi_processor_count,
+            "compute_capability": f"{props.major}.{props.minor}",
+            "gpu_memory_gb": round(props.total_memory / 1e9, 1),
+            "l2_bytes": getattr(props, "L2_cache_size", None),
+            "cuda": torch.version.cuda,
+            "driver": _driver_version(),
+        })
+    else:
+        info.update({"gpu": None, "sm_count": None, "cuda": torch.version.cuda, "driver": None})
+    return info
+
+
+def gpu_sku() -> str:
+    """A file-name-safe GPU name, e.g. 'nvidia-h200'; 'cpu' without a GPU."""
+    name = describe_environment()["gpu"] or "cpu"
+    return "-".join(name.lower().replace("_", " ").split())
+
+
+def command_line() -> str:
+    """The command that reproduces this run, as typed."""
+    argv = list(sys.argv)
+    if argv and argv[0].endswith(("__main__.py", "/vk", "vk")):
+        argv[0] = "vk"
+    return shlex.join(argv)

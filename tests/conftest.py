@@ -1,0 +1,20 @@
+"""Shared test set-up: the Triton interpreter on CPU-only machines, the ``gpu`` marker, devices."""
+
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+
+if not HAS_CUDA:
+    # Before any Triton kernel module is imported: kernels then run on the CPU through the
+    # interpreter (variants import Triton lazily, so nothing has been decorated yet).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; runs on the GPU host")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_CUDA:
+            item.add_marker(skip_gpu)

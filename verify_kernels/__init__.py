@@ -1,0 +1,20 @@
+"""Tree-verify attention for speculative decoding on MLA models.
+
+Import cost is torch only: Triton and CuPy are imported by the variant that needs them.
+"""
+
+from .api import UnsupportedProblemError, verify_attention
+from .contract import ProblemShape
+from .problem import VerifyProblem, make_problem
+from .reference import reference_attention
+from .variants import VARIANTS
+
+__all__ = [
+    "VARIANTS",
+    "ProblemShape",
+    "UnsupportedProblemError",
+    "VerifyProblem",
+    "make_problem",
+    "reference_attention",
+    "verify_attention",
+]
