@@ -6,6 +6,8 @@ import pytest
 import torch
 
 HAS_CUDA = torch.cuda.is_available()
+# Where the variant tests run: the GPU when there is one, else the CPU through the interpreter.
+DEVICE = "cuda" if HAS_CUDA else "cpu"
 
 if not HAS_CUDA:
     # Before any Triton kernel module is imported: kernels then run on the CPU through the

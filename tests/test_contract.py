@@ -8,10 +8,12 @@ import torch
 from verify_kernels import UnsupportedProblemError, make_problem, reference_attention, verify_attention
 from verify_kernels import contract
 
+from conftest import DEVICE
+
 
 @pytest.fixture(scope="module")
 def problem():
-    return make_problem([5, 70], 9, 2, page_size=16, seed=1)
+    return make_problem([5, 70], 9, 2, page_size=16, seed=1, device=DEVICE)
 
 
 def _call(problem, **changes):
@@ -30,21 +32,21 @@ SHAPE_AND_TYPE_ERRORS = [
     pytest.param(dict(q=lambda p: p.q[:0]), ValueError, r"q: expected at least one request", id="q_empty_batch"),
     pytest.param(dict(q=lambda p: p.q.half()), TypeError, r"kv_cache: expected dtype torch.float16, got torch.bfloat16", id="kv_dtype_mismatch"),
     pytest.param(dict(kv_cache=lambda p: p.kv_cache[..., :512].contiguous()), ValueError, r"kv_cache: expected last dimension Dqk = 576 \(as q\), got 512", id="kv_dim"),
-    pytest.param(dict(kv_cache=lambda p: p.kv_cache.to("meta")), ValueError, r"kv_cache: expected device cpu .* got meta", id="kv_device"),
+    pytest.param(dict(kv_cache=lambda p: p.kv_cache.to("meta")), ValueError, r"kv_cache: expected device \S+ \(the device of q\), got meta", id="kv_device"),
     pytest.param(dict(kv_cache=lambda p: p.kv_cache[0]), ValueError, r"kv_cache: expected 3 dimensions", id="kv_dims"),
     pytest.param(dict(block_table=lambda p: p.block_table.long()), TypeError, r"block_table: expected dtype torch.int32, got torch.int64", id="table_dtype"),
     pytest.param(dict(block_table=lambda p: p.block_table[:1]), ValueError, r"block_table: expected 2 rows", id="table_rows"),
     pytest.param(dict(prefix_lens=lambda p: p.prefix_lens[:1]), ValueError, r"prefix_lens: expected shape \(2,\) \[B\], got \(1,\)", id="lens_shape"),
     pytest.param(dict(prefix_lens=lambda p: p.prefix_lens.long()), TypeError, r"prefix_lens: expected dtype torch.int32", id="lens_dtype"),
     pytest.param(dict(tree_mask=lambda p: p.tree_mask[:, :8]), ValueError, r"tree_mask: expected shape \(2, 9, 1\)", id="mask_shape"),
-    pytest.param(dict(tree_mask=lambda p: p.tree_mask.to("meta")), ValueError, r"tree_mask: expected device cpu", id="mask_device"),
+    pytest.param(dict(tree_mask=lambda p: p.tree_mask.to("meta")), ValueError, r"tree_mask: expected device \S+ \(the device of q\), got meta", id="mask_device"),
     pytest.param(dict(sm_scale=-1.0), ValueError, r"sm_scale: expected a positive finite float, got -1.0", id="scale_negative"),
     pytest.param(dict(sm_scale=float("nan")), ValueError, r"sm_scale: expected a positive finite float", id="scale_nan"),
     pytest.param(dict(sm_scale="0.1"), TypeError, r"sm_scale: expected a float, got str", id="scale_type"),
     pytest.param(dict(v_dim=600), ValueError, r"v_dim: expected 1 <= v_dim <= Dqk = 576, got 600", id="v_dim_range"),
     pytest.param(dict(v_dim=512.0), TypeError, r"v_dim: expected an int, got float", id="v_dim_type"),
-    pytest.param(dict(out=lambda p: torch.empty(2, 9, 2, 576, dtype=torch.bfloat16)), ValueError, r"out: expected shape \(2, 9, 2, 512\)", id="out_shape"),
-    pytest.param(dict(out=lambda p: torch.empty(2, 9, 2, 512, dtype=torch.float32)), TypeError, r"out: expected dtype torch.bfloat16, got torch.float32", id="out_dtype"),
+    pytest.param(dict(out=lambda p: torch.empty(2, 9, 2, 576, dtype=torch.bfloat16, device=DEVICE)), ValueError, r"out: expected shape \(2, 9, 2, 512\)", id="out_shape"),
+    pytest.param(dict(out=lambda p: torch.empty(2, 9, 2, 512, dtype=torch.float32, device=DEVICE)), TypeError, r"out: expected dtype torch.bfloat16, got torch.float32", id="out_dtype"),
 ]
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from harness import records, roofline, timing
 
+from conftest import DEVICE
+
 
 class FakeClock:
     """Virtual milliseconds: each call of the timed function advances time by its duration."""
@@ -125,9 +127,10 @@ def test_cli_help_needs_torch_only():
     assert imported.stdout.strip() == "[]"
 
 
-def test_vk_check_cli_on_cpu(tmp_path):
+def test_vk_check_cli(tmp_path):
+    """On a CPU machine this runs the interpreter; on the GPU host the same cases on the GPU."""
     out = tmp_path / "check.jsonl"
-    completed = subprocess.run([sys.executable, "-m", "harness", "check", "--device", "cpu", "--cases",
+    completed = subprocess.run([sys.executable, "-m", "harness", "check", "--device", DEVICE, "--quick", "--cases",
                                 "prefix_0", "page_edge", "--no-progress", "--out", str(out)],
                                capture_output=True, text=True, env={**__import__("os").environ,
                                                                       "TRITON_INTERPRET": "1"})

@@ -6,8 +6,8 @@ page_size=1 KV pool:
 - grid (B, H, ceil(T / BLOCK_M)): one program per (request, head, block of BLOCK_M tree nodes), so
   one request with 8 heads and T = 64 launches 16 programs on a 132-SM GPU;
 - stage 1 walks the whole committed prefix serially in BLOCK_N-token steps, gathering every key
-  row through the token-granular page table (one table load per token) and loading V again from
-  the same rows, with no mask;
+  row through the token-granular page table (one table load per token), K loaded transposed
+  ([D, BLOCK_N]) and V loaded again from the same rows, with no mask;
 - stage 2 walks the tree tokens (positions prefix_len ..) with the ancestor bitmask;
 - online softmax in fp32, P cast to the input dtype for P.V.
 
@@ -34,19 +34,23 @@ DEFAULT_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 @triton.jit
 def _attend_tile(acc, m_i, l_i, q, q_rope, KV, slot, col_valid, visible, sm_scale, stride_kv,
                  offs_dv, offs_drope, UPCAST_DOT: tl.constexpr):
-    """One BLOCK_N step of online softmax over gathered token rows (V loaded separately, as upstream)."""
-    row_ptrs = KV + slot.to(tl.int64)[:, None] * stride_kv
-    k = tl.load(row_ptrs + offs_dv[None, :], mask=col_valid[:, None], other=0.0)
-    k_rope = tl.load(row_ptrs + offs_drope[None, :], mask=col_valid[:, None], other=0.0)
-    scores = dot(q, tl.trans(k), tl.zeros([q.shape[0], k.shape[0]], dtype=tl.float32), UPCAST_DOT)
-    scores = dot(q_rope, tl.trans(k_rope), scores, UPCAST_DOT)
+    """One BLOCK_N step of online softmax over gathered token rows.
+
+    As upstream: K is gathered "transposed" ([D, BLOCK_N], each column one token row, so lanes
+    stride across rows), and V is gathered again from the same rows as [BLOCK_N, D].
+    """
+    row_offsets = slot.to(tl.int64) * stride_kv
+    k = tl.load(KV + row_offsets[None, :] + offs_dv[:, None], mask=col_valid[None, :], other=0.0)
+    k_rope = tl.load(KV + row_offsets[None, :] + offs_drope[:, None], mask=col_valid[None, :], other=0.0)
+    scores = dot(q, k, tl.zeros([q.shape[0], k.shape[1]], dtype=tl.float32), UPCAST_DOT)
+    scores = dot(q_rope, k_rope, scores, UPCAST_DOT)
     scores = tl.where(visible, scores * sm_scale, float("-inf"))
     # Running max first, so exp never overflows; alpha rescales what was accumulated so far.
     m_new = tl.maximum(m_i, tl.max(scores, 1))
     alpha = tl.exp(m_i - m_new)
     p = tl.exp(scores - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = tl.load(row_ptrs + offs_dv[None, :], mask=col_valid[:, None], other=0.0)
+    v = tl.load(KV + row_offsets[:, None] + offs_dv[None, :], mask=col_valid[:, None], other=0.0)
     acc = dot(p.to(v.dtype), v, acc * alpha[:, None], UPCAST_DOT)
     return acc, m_new, l_i
 
