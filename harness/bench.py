@@ -14,7 +14,7 @@ import torch
 from tabulate import tabulate
 from tqdm import tqdm
 
-from verify_kernels import make_problem, reference_attention, verify_attention
+from verify_kernels import contract, make_problem, reference_attention, variants, verify_attention
 from verify_kernels.api import UnsupportedProblemError
 
 from . import records, roofline, timing
@@ -31,6 +31,7 @@ class BenchPoint:
     batch: int = 1
     dtype: str = "bfloat16"
     tree: str = "random"
+    config: tuple = ()  # (key, value) overrides of the variant's defaults, hashable
 
 
 def page_size_for(variant: str, requested: int) -> int:
@@ -39,11 +40,15 @@ def page_size_for(variant: str, requested: int) -> int:
 
 
 def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[int], heads: list[int],
-                 page_sizes: list[int], batch: int = 1, dtype: str = "bfloat16") -> list[BenchPoint]:
+                 page_sizes: list[int], batch: int = 1, dtype: str = "bfloat16",
+                 configs: list[dict] | None = None) -> list[BenchPoint]:
+    """Every combination; ``configs`` (overrides) apply to every variant but triton_ps1."""
     points = []
-    for length, nodes, head_count, page_size, variant in itertools.product(
-            prefix_lens, tree_sizes, heads, page_sizes, variants):
-        point = BenchPoint(variant, length, nodes, head_count, page_size_for(variant, page_size), batch, dtype)
+    for length, nodes, head_count, page_size, variant, config in itertools.product(
+            prefix_lens, tree_sizes, heads, page_sizes, variants, configs or [{}]):
+        config = {} if variant == "triton_ps1" else config
+        point = BenchPoint(variant, length, nodes, head_count, page_size_for(variant, page_size), batch, dtype,
+                           config=tuple(sorted(config.items())))
         if point not in points:
             points.append(point)
     return points
@@ -51,10 +56,14 @@ def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[i
 
 def bench_point(point: BenchPoint, problem, ceilings, *, mode: str, rep_ms: float) -> dict:
     """Check one point against the oracle, time it, and return its record payload."""
-    payload = {**asdict(point), "mode": mode, "status": "ok", "reason": ""}
+    payload = {**asdict(point), "config": dict(point.config), "mode": mode, "status": "ok", "reason": ""}
     out = torch.empty(*problem.q.shape[:3], problem.v_dim, dtype=problem.q.dtype, device=problem.q.device)
+    config = dict(point.config) or None
     try:
-        verify_attention(*problem.arguments(), **problem.kwargs(), variant=point.variant, out=out)
+        shape = contract.check_arguments(*problem.arguments(), **problem.kwargs())
+        payload["resolved_config"] = variants.resolve_config(point.variant, variants.load_variant(point.variant),
+                                                             config, shape)
+        verify_attention(*problem.arguments(), **problem.kwargs(), variant=point.variant, config=config, out=out)
         reference = reference_attention(*problem.arguments(), **problem.kwargs(), validate=False)
         rel_error = float((out.double() - reference.double()).norm() / reference.double().norm())
         del reference
@@ -64,8 +73,8 @@ def bench_point(point: BenchPoint, problem, ceilings, *, mode: str, rep_ms: floa
             return payload
 
         def call():
-            verify_attention(*problem.arguments(), **problem.kwargs(), variant=point.variant, out=out,
-                             validate=False)
+            verify_attention(*problem.arguments(), **problem.kwargs(), variant=point.variant, config=config,
+                             out=out, validate=False)
 
         result = timing.time_graph(call) if mode == "graph" else timing.time_events(call, rep_ms=rep_ms)
     except UnsupportedProblemError as error:
@@ -117,12 +126,17 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
 def format_table(results: list[dict]) -> str:
     rows = []
     for r in results:
-        rows.append((r["variant"], r["prefix_len"], r["tree_nodes"], r["heads"], r["page_size"],
+        rows.append((r["variant"], _short_config(r.get("resolved_config") or {}), r["prefix_len"], r["tree_nodes"], r["heads"], r["page_size"],
                      f"{r['median_ms']:.4f}" if "median_ms" in r else r["status"],
                      f"{r['iqr_ms']:.4f}" if "iqr_ms" in r else "-",
                      f"{r['achieved_tbps']:.2f}" if r.get("achieved_tbps") else "-",
                      f"{r['achieved_tflops']:.1f}" if r.get("achieved_tflops") else "-",
                      f"{r['pct_roofline']:.1f}" if r.get("pct_roofline") else "-",
                      f"{r['rel_error']:.1e}" if "rel_error" in r else "-"))
-    return tabulate(rows, headers=["variant", "L", "T", "H", "page", "median_ms", "iqr_ms", "TB/s",
+    return tabulate(rows, headers=["variant", "config", "L", "T", "H", "page", "median_ms", "iqr_ms", "TB/s",
                                    "TFLOP/s", "% roofline", "rel_err"])
+
+
+def _short_config(config: dict) -> str:
+    short = {"BLOCK_M": "M", "BLOCK_N": "N", "num_warps": "w", "num_stages": "s", "kv_splits": "splits"}
+    return " ".join(f"{short.get(k, k)}{v}" for k, v in config.items())

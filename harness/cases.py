@@ -106,6 +106,15 @@ def check_page_sizes(name: str) -> tuple[int, ...]:
     return tuple(getattr(variants.load_variant(name), "CHECK_PAGE_SIZES", (1, 16, 64)))
 
 
+def check_matrix(name: str) -> list[tuple[int, dict]]:
+    """(page size, config overrides) pairs a variant is checked at: every page size with its
+    default config, plus its extra ``CHECK_CONFIGS`` at the largest page size."""
+    module = variants.load_variant(name)
+    page_sizes = check_page_sizes(name)
+    extra = [c for c in getattr(module, "CHECK_CONFIGS", ()) if c]
+    return [(page, {}) for page in page_sizes] + [(page_sizes[-1], dict(c)) for c in extra]
+
+
 def run_case(variant: str, case: Case, *, device: str, page_size: int, config: dict | None = None) -> CaseResult:
     """Run ``variant`` on ``case`` against the oracle; never raises for a kernel failure."""
     dtype = DTYPES[case.dtype]

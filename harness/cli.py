@@ -24,6 +24,16 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _json_dict(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({error})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
 def _device_or_default(requested: str | None) -> str:
     import torch
 
@@ -79,7 +89,7 @@ def cmd_bench(args) -> int:
 
     names = args.variants or list(VARIANTS)
     points = sweep_points(names, args.prefix, args.tree, args.heads, args.page_size, batch=args.batch,
-                          dtype=args.dtype)
+                          dtype=args.dtype, configs=args.config)
     out = args.out or RESULTS / "bench" / f"{gpu_sku()}.jsonl"
     results = run_sweep(points, out_path=out, mode=args.mode, rep_ms=args.rep_ms,
                         progress=not args.no_progress)
@@ -133,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--page-size", type=_int_list, default=[64], help="page sizes (triton_ps1 always 1)")
     bench.add_argument("--batch", type=int, default=1)
     bench.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+    bench.add_argument("--config", type=_json_dict, action="append",
+                       help='config overrides as JSON, e.g. \'{"BLOCK_M": 64}\'; repeat to sweep configs')
     bench.add_argument("--mode", choices=["events", "graph"], default="events")
     bench.add_argument("--rep-ms", type=float, default=200.0, help="time budget of timed calls per point")
     bench.add_argument("--out", type=Path, help="JSONL file (default results/bench/<gpu>.jsonl)")

@@ -77,8 +77,8 @@ def _repetitions(budget_ms: float, estimate_ms: float, low: int, high: int) -> i
 
 def time_events(fn: Callable[[], object], *, warmup_ms: float = 25.0, rep_ms: float = 200.0,
                 min_reps: int = 10, max_reps: int = 2000, estimate_calls: int = 5,
-                clock=None, read_state: bool = True) -> Timing:
-    """Median and IQR of per-call event timings, L2 flushed before each call."""
+                clock=None, read_state: bool = True, flush: bool = True) -> Timing:
+    """Median and IQR of per-call event timings, L2 flushed before each call (unless ``flush=False``)."""
     clock = clock or CudaClock()
     state_before = gpu_state() if read_state else None
     fn()  # first call: compilation, module load, autotuning stay out of the numbers
@@ -98,7 +98,8 @@ def time_events(fn: Callable[[], object], *, warmup_ms: float = 25.0, rep_ms: fl
     starts = [clock.event() for _ in range(reps)]
     ends = [clock.event() for _ in range(reps)]
     for begin, finish in zip(starts, ends):
-        clock.flush()
+        if flush:
+            clock.flush()
         begin.record()
         fn()
         finish.record()

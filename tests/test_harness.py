@@ -130,7 +130,8 @@ def test_cli_help_needs_torch_only():
 def test_vk_check_cli(tmp_path):
     """On a CPU machine this runs the interpreter; on the GPU host the same cases on the GPU."""
     out = tmp_path / "check.jsonl"
-    completed = subprocess.run([sys.executable, "-m", "harness", "check", "--device", DEVICE, "--quick", "--cases",
+    completed = subprocess.run([sys.executable, "-m", "harness", "check", "--device", DEVICE, "--quick",
+                                "--variants", "triton_ps1", "--cases",
                                 "prefix_0", "page_edge", "--no-progress", "--out", str(out)],
                                capture_output=True, text=True, env={**__import__("os").environ,
                                                                       "TRITON_INTERPRET": "1"})

@@ -58,7 +58,7 @@ def verify_attention(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_sca
         contract.check_values(block_table, prefix_lens, tree_mask, shape)
     name = select_variant(variant, shape)
     module = variants.load_variant(name)
-    resolved = variants.resolve_config(name, module, config)
+    resolved = variants.resolve_config(name, module, config, shape)
     if out is None:
         out = torch.empty(shape.batch, shape.tree_nodes, shape.heads, v_dim, dtype=q.dtype, device=q.device)
     module.run(q, kv_cache, block_table, prefix_lens, tree_mask, sm_scale=float(sm_scale), v_dim=v_dim,

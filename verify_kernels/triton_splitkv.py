@@ -1,0 +1,280 @@
+"""Variant ``triton_splitkv``: paged, head-packed, split-KV tree-verify attention in Triton.
+
+Algorithm (flash-decoding over a paged latent cache, every KV tile reused by all rows it serves):
+
+- rows: the T x H (node, head) query rows of a request are packed into the M dimension,
+  row r = node * H + head, so one [BLOCK_N, 576] KV tile feeds BLOCK_M rows at once;
+- grid (ceil(T*H / BLOCK_M), kv_splits, B): program (m, s, b) owns rows m*BLOCK_M.. of request b
+  and the positions [s*split_len, (s+1)*split_len) of its sequence (prefix + tree). The row block
+  varies fastest, so the programs reading one KV split run together and share it through L2;
+- the KV tile is loaded once, as 512 latent + 64 rope columns; the latent part is both K (for
+  Q.K^T, with the rope part) and V (for P.V);
+- tiles wholly inside the committed prefix run without any mask; only the tail (the tiles that
+  reach the tree tokens or the sequence end) reads the ancestor bitmask and bounds;
+- online softmax in fp32; with kv_splits > 1 each program writes its normalised partial output and
+  log-sum-exp (fp32) and a combine kernel merges the splits; with one split it writes ``out``.
+
+kv_splits comes from shapes alone (the block table's capacity, the SM count), never from
+prefix_lens, so the call needs no host sync and can be captured in a CUDA graph; splits that start
+past a request's end write an empty partial (lse = -inf).
+
+Tiles: Q [BLOCK_M, 512] + [BLOCK_M, 64], K/V [BLOCK_N, 512] + [BLOCK_N, 64], S [BLOCK_M, BLOCK_N]
+and acc [BLOCK_M, 512] fp32.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+import triton
+import triton.language as tl
+
+from . import triton_common
+from .contract import ProblemShape
+from .triton_dot import dot
+
+PAGE_SIZES = (16, 32, 64)
+CHECK_PAGE_SIZES = (16, 64)
+# Configs `vk check` and the tests run besides the default: forced splits exercise the combine,
+# empty splits and splits that hold only tree tokens even on the small CPU shapes.
+CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 16}, {"kv_splits": 8, "BLOCK_M": 16, "BLOCK_N": 32})
+# Per-arch defaults. sm_120 has 99 KB of shared memory per block, so its tiles are smaller.
+DEFAULT_CONFIGS = {
+    "sm_90": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "kv_splits": 0},
+    "sm_120": {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "kv_splits": 0},
+}
+DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_90"]
+# Each split covers at least this many positions: shorter splits cost more in partial-output
+# traffic (R x 512 fp32 per split) than they gain in parallelism.
+MIN_SPLIT_TOKENS = 256
+MAX_KV_SPLITS = 64
+COMBINE_BLOCK_R = 4
+
+
+@triton.jit
+def _load_kv_tile(KV, table, positions, valid, PAGE_SIZE: tl.constexpr, ROW_STRIDE: tl.constexpr,
+                  offs_dv, offs_drope):
+    """Rows at ``positions`` of one request: latent [BLOCK_N, DV] and rope [BLOCK_N, DROPE]."""
+    page = tl.load(table + positions // PAGE_SIZE, mask=valid, other=0)
+    row_offsets = (page.to(tl.int64) * PAGE_SIZE + positions % PAGE_SIZE) * ROW_STRIDE
+    latent = tl.load(KV + row_offsets[:, None] + offs_dv[None, :], mask=valid[:, None], other=0.0)
+    rope = tl.load(KV + row_offsets[:, None] + offs_drope[None, :], mask=valid[:, None], other=0.0)
+    return latent, rope
+
+
+@triton.jit
+def _splitkv_verify_kernel(
+    Q, KV, BlockTable, PrefixLens, TreeMask, PartialOut, PartialLse, Out,
+    sm_scale,
+    stride_qb, stride_qt, stride_qh,
+    stride_table_b,
+    stride_mask_b, stride_mask_t,
+    stride_ob, stride_ot, stride_oh,
+    T, H, split_len,
+    PAGE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_DV: tl.constexpr, BLOCK_DROPE: tl.constexpr, KV_SPLITS: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    tl.static_assert(BLOCK_N % 16 == 0)
+    row_block = tl.program_id(0)
+    split = tl.program_id(1)
+    request = tl.program_id(2)
+    ROW_STRIDE: tl.constexpr = BLOCK_DV + BLOCK_DROPE
+
+    rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    num_rows = T * H
+    row_valid = rows < num_rows
+    node = rows // H
+    head = rows % H
+    offs_dv = tl.arange(0, BLOCK_DV)
+    offs_drope = BLOCK_DV + tl.arange(0, BLOCK_DROPE)
+    offs_n = tl.arange(0, BLOCK_N)
+
+    q_ptrs = Q + request * stride_qb + node[:, None] * stride_qt + head[:, None] * stride_qh
+    q = tl.load(q_ptrs + offs_dv[None, :], mask=row_valid[:, None], other=0.0)
+    q_rope = tl.load(q_ptrs + offs_drope[None, :], mask=row_valid[:, None], other=0.0)
+
+    prefix_len = tl.load(PrefixLens + request)
+    seq_len = prefix_len + T
+    table = BlockTable + request * stride_table_b
+    start = split * split_len
+    end = tl.minimum(start + split_len, seq_len)
+    # Tiles below this position hold committed prefix only: no mask, no bounds.
+    unmasked_end = tl.maximum(start, tl.minimum(end, (prefix_len // BLOCK_N) * BLOCK_N))
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)
+    all_columns = tl.full([BLOCK_N], 1, tl.int1)
+
+    for tile_start in range(start, unmasked_end, BLOCK_N):
+        positions = tile_start + offs_n
+        latent, rope = _load_kv_tile(KV, table, positions, all_columns, PAGE_SIZE, ROW_STRIDE,
+                                     offs_dv, offs_drope)
+        scores = dot(q, tl.trans(latent), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), UPCAST_DOT)
+        scores = dot(q_rope, tl.trans(rope), scores, UPCAST_DOT) * sm_scale
+        # Online softmax: new running max, rescale what was accumulated, add this tile.
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(scores - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = dot(p.to(latent.dtype), latent, acc * alpha[:, None], UPCAST_DOT)
+        m_i = m_new
+
+    mask_rows = TreeMask + request * stride_mask_b + node[:, None] * stride_mask_t
+    for tile_start in range(unmasked_end, end, BLOCK_N):
+        positions = tile_start + offs_n
+        in_sequence = positions < seq_len
+        tree_column = positions - prefix_len
+        in_tree = tree_column >= 0
+        latent, rope = _load_kv_tile(KV, table, positions, in_sequence, PAGE_SIZE, ROW_STRIDE,
+                                     offs_dv, offs_drope)
+        scores = dot(q, tl.trans(latent), tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), UPCAST_DOT)
+        scores = dot(q_rope, tl.trans(rope), scores, UPCAST_DOT) * sm_scale
+        words = tl.load(mask_rows + (tree_column // 32)[None, :],
+                        mask=row_valid[:, None] & (in_tree & in_sequence)[None, :], other=0)
+        is_ancestor = ((words >> (tree_column % 32)[None, :]) & 1) != 0
+        visible = (is_ancestor | ~in_tree[None, :]) & in_sequence[None, :]
+        scores = tl.where(visible, scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        # A row may see nothing in this split (its ancestors lie in another): keep exp() finite.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(scores - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = dot(p.to(latent.dtype), latent, acc * alpha[:, None], UPCAST_DOT)
+        m_i = m_new
+
+    has_mass = l_i > 0
+    out_tile = acc / tl.where(has_mass, l_i, 1.0)[:, None]
+    if KV_SPLITS == 1:
+        out_ptrs = Out + request * stride_ob + node[:, None] * stride_ot + head[:, None] * stride_oh
+        tl.store(out_ptrs + offs_dv[None, :], out_tile.to(Out.dtype.element_ty), mask=row_valid[:, None])
+    else:
+        partial_row = (request * KV_SPLITS + split) * num_rows + rows
+        tl.store(PartialOut + partial_row.to(tl.int64)[:, None] * BLOCK_DV + offs_dv[None, :], out_tile,
+                 mask=row_valid[:, None])
+        lse = tl.where(has_mass, m_i + tl.log(tl.where(has_mass, l_i, 1.0)), float("-inf"))
+        tl.store(PartialLse + partial_row, lse, mask=row_valid)
+
+
+@triton.jit
+def _combine_kernel(PartialOut, PartialLse, Out, stride_ob, stride_ot, stride_oh, T, H,
+                    KV_SPLITS: tl.constexpr, SPLITS_POW2: tl.constexpr, BLOCK_R: tl.constexpr,
+                    BLOCK_DV: tl.constexpr):
+    """Merge the splits of BLOCK_R rows: out = sum_s exp(lse_s - max) O_s / sum_s exp(lse_s - max)."""
+    row_block = tl.program_id(0)
+    request = tl.program_id(1)
+    num_rows = T * H
+    rows = row_block * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_valid = rows < num_rows
+    splits = tl.arange(0, SPLITS_POW2)
+    partial_rows = (request * KV_SPLITS + splits[None, :]) * num_rows + rows[:, None]  # [BLOCK_R, S]
+    lse = tl.load(PartialLse + partial_rows, mask=row_valid[:, None] & (splits < KV_SPLITS)[None, :],
+                  other=float("-inf"))
+    lse_max = tl.max(lse, 1)
+    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
+    weights = tl.exp(lse - lse_max[:, None])  # empty splits weigh 0
+    total = tl.sum(weights, 1)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    acc = tl.zeros([BLOCK_R, BLOCK_DV], dtype=tl.float32)
+    for s in tl.static_range(KV_SPLITS):
+        weight = tl.sum(tl.where(splits[None, :] == s, weights, 0.0), 1)
+        row = (request * KV_SPLITS + s) * num_rows + rows
+        partial = tl.load(PartialOut + row.to(tl.int64)[:, None] * BLOCK_DV + offs_dv[None, :],
+                          mask=row_valid[:, None], other=0.0)
+        acc += weight[:, None] * partial
+    acc = acc / total[:, None]
+    node = rows // H
+    head = rows % H
+    out_ptrs = Out + request * stride_ob + node[:, None] * stride_ot + head[:, None] * stride_oh + offs_dv[None, :]
+    tl.store(out_ptrs, acc.to(Out.dtype.element_ty), mask=row_valid[:, None])
+
+
+@lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _arch_of(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "sm_90"
+    major, minor = torch.cuda.get_device_capability(device)
+    return "sm_120" if major >= 12 else "sm_90"
+
+
+def default_config(shape: ProblemShape) -> dict:
+    """The arch's default tiles (sm_120 defaults fit its 99 KB of shared memory)."""
+    return dict(DEFAULT_CONFIGS[_arch_of(shape.device)])
+
+
+def choose_kv_splits(shape: ProblemShape, block_m: int, block_n: int, sm_count: int) -> int:
+    """Splits from shapes alone: enough programs to fill the SMs twice, splits >= MIN_SPLIT_TOKENS.
+
+    The sequence bound is the block table's capacity (prefix_lens would need a host sync).
+    """
+    capacity = shape.max_pages * shape.page_size
+    row_blocks = triton.cdiv(shape.rows, block_m)
+    wanted = triton.cdiv(2 * sm_count, row_blocks * shape.batch)
+    by_length = max(1, capacity // max(MIN_SPLIT_TOKENS, block_n))
+    splits = max(1, min(wanted, by_length, MAX_KV_SPLITS))
+    return triton.next_power_of_2(splits) if splits > 1 else 1
+
+
+def unsupported_reason(shape: ProblemShape) -> str | None:
+    if shape.page_size not in PAGE_SIZES:
+        return f"page_size must be one of {PAGE_SIZES}, got {shape.page_size}"
+    return triton_common.device_reason(shape) or triton_common.head_split_reason(shape)
+
+
+def complete_config(config: dict, shape: ProblemShape) -> dict:
+    """Check the tiles against the shape and fill ``kv_splits`` = 0 (auto) from shapes alone."""
+    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
+    for key in ("BLOCK_M", "BLOCK_N"):
+        if not (triton_common.is_power_of_two(config[key]) and config[key] >= 16):
+            raise ValueError(f"config: {key} must be a power of two >= 16, got {config[key]}")
+    if not config["kv_splits"]:
+        device = shape.device
+        sm_count = _sm_count(device.index or 0) if device.type == "cuda" else 132
+        config = {**config, "kv_splits": choose_kv_splits(shape, block_m, block_n, sm_count)}
+    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
+        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
+    return config
+
+
+def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
+    """Launch the split-KV kernel (and the combine when kv_splits > 1); ``out`` written in place."""
+    batch, tree_nodes, heads, head_dim = q.shape
+    shape_rows = tree_nodes * heads
+    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
+    page_size = kv_cache.shape[1]
+    kv_splits = config["kv_splits"]
+    capacity = block_table.shape[1] * page_size
+    split_len = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
+    if kv_splits > 1:
+        partial_out = torch.empty(batch * kv_splits * shape_rows, v_dim, dtype=torch.float32, device=q.device)
+        partial_lse = torch.empty(batch * kv_splits * shape_rows, dtype=torch.float32, device=q.device)
+    else:
+        partial_out = partial_lse = out  # unused
+    grid = (triton.cdiv(shape_rows, block_m), kv_splits, batch)
+    _splitkv_verify_kernel[grid](
+        q, kv_cache, block_table, prefix_lens, tree_mask, partial_out, partial_lse, out,
+        sm_scale,
+        q.stride(0), q.stride(1), q.stride(2),
+        block_table.stride(0),
+        tree_mask.stride(0), tree_mask.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        tree_nodes, heads, split_len,
+        PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_DV=v_dim, BLOCK_DROPE=head_dim - v_dim, KV_SPLITS=kv_splits,
+        UPCAST_DOT=triton_common.upcast_dot(q.dtype),
+        num_warps=config["num_warps"], num_stages=config["num_stages"],
+    )
+    if kv_splits > 1:
+        combine_grid = (triton.cdiv(shape_rows, COMBINE_BLOCK_R), batch)
+        _combine_kernel[combine_grid](
+            partial_out, partial_lse, out, out.stride(0), out.stride(1), out.stride(2), tree_nodes, heads,
+            KV_SPLITS=kv_splits, SPLITS_POW2=triton.next_power_of_2(kv_splits), BLOCK_R=COMBINE_BLOCK_R,
+            BLOCK_DV=v_dim, num_warps=4,
+        )
