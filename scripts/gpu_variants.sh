@@ -18,10 +18,10 @@ grep -E "FAIL|passed" "results/check/$sku.txt" | tail -n 5
 
 python3 -m harness bench --variants triton_splitkv --prefix 4096,131072 --tree 16,64 --heads 8 \
     --config '{}' --config '{"BLOCK_N": 64}' --config '{"num_warps": 4}' --config '{"BLOCK_M": 128}' \
-    --config '{"BLOCK_N": 64, "num_stages": 1}' --config '{"BLOCK_M": 32, "num_warps": 4}' \
-    --config '{"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 1}' \
+    --config '{"BLOCK_N": 64, "num_stages": 1}' --config '{"BLOCK_M": 32}' --config '{"BLOCK_M": 32, "BLOCK_N": 64}' \
+    --config '{"BLOCK_M": 32, "num_warps": 4}' --config '{"BLOCK_M": 16, "num_warps": 4}' \
     --rep-ms 100 --no-progress --out "results/bench/splitkv-configs-$sku.jsonl" > "$OUT/configs.txt" 2>&1
-cat "$OUT/configs.txt" | tail -n 32
+tail -n 40 "$OUT/configs.txt"
 python3 -m harness bench --variants triton_ps1 triton_splitkv --prefix 4096,32768,131072,185000 --tree 16,64 \
     --heads 8 --rep-ms 300 --no-progress --out "results/bench/variants-h8-$sku.jsonl" \
     > "results/bench/variants-h8-$sku.txt" 2>&1

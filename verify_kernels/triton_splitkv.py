@@ -42,7 +42,7 @@ CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 16}, {"kv_splits": 8, "BLOCK_M"
 # Per-arch defaults. sm_120 has 99 KB of shared memory per block, so its tiles are smaller.
 DEFAULT_CONFIGS = {
     "sm_90": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "kv_splits": 0},
-    "sm_120": {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "kv_splits": 0},
+    "sm_120": {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "kv_splits": 0},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_90"]
 # Each split covers at least this many positions: shorter splits cost more in partial-output
@@ -278,3 +278,18 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
             KV_SPLITS=kv_splits, SPLITS_POW2=triton.next_power_of_2(kv_splits), BLOCK_R=COMBINE_BLOCK_R,
             BLOCK_DV=v_dim, num_warps=4,
         )
+
+
+def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", head_dim: int = 576, v_dim: int = 512):
+    """What `vk static` compiles for ``config``: the main kernel (the combine is tiny)."""
+    from harness.static_triton import TritonKernelSpec
+
+    pointer = f"*{dtype}"
+    return [TritonKernelSpec(
+        "splitkv_verify", _splitkv_verify_kernel,
+        {"Q": pointer, "KV": pointer, "BlockTable": "*i32", "PrefixLens": "*i32", "TreeMask": "*i32",
+         "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
+        {"PAGE_SIZE": page_size, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_DV": v_dim,
+         "BLOCK_DROPE": head_dim - v_dim, "KV_SPLITS": max(2, config.get("kv_splits") or 2), "UPCAST_DOT": False},
+        config["num_warps"], config["num_stages"],
+    )]
