@@ -17,7 +17,7 @@ from tqdm import tqdm
 from verify_kernels import contract, make_problem, reference_attention, variants, verify_attention
 from verify_kernels.api import UnsupportedProblemError
 
-from . import records, roofline, timing
+from . import peers, records, roofline, timing
 from .cases import TOLERANCE
 
 
@@ -35,7 +35,7 @@ class BenchPoint:
 
 
 def page_size_for(variant: str, requested: int) -> int:
-    """triton_ps1 only runs page_size 1; every other variant runs the requested page size."""
+    """triton_ps1 only runs page_size 1; every other variant and peer runs the requested page size."""
     return 1 if variant == "triton_ps1" else requested
 
 
@@ -54,29 +54,43 @@ def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[i
     return points
 
 
-def bench_point(point: BenchPoint, problem, ceilings, *, mode: str, rep_ms: float) -> dict:
-    """Check one point against the oracle, time it, and return its record payload."""
-    payload = {**asdict(point), "config": dict(point.config), "mode": mode, "status": "ok", "reason": ""}
-    out = torch.empty(*problem.q.shape[:3], problem.v_dim, dtype=problem.q.dtype, device=problem.q.device)
+def _implementation_call(point: BenchPoint, problem):
+    """A no-argument callable returning the output, and the resolved config (variants only)."""
+    if point.variant in peers.PEERS:
+        return peers.PEERS[point.variant](problem), {}
     config = dict(point.config) or None
+    shape = contract.check_arguments(*problem.arguments(), **problem.kwargs())
+    resolved = variants.resolve_config(point.variant, variants.load_variant(point.variant), config, shape)
+    out = torch.empty(*problem.q.shape[:3], problem.v_dim, dtype=problem.q.dtype, device=problem.q.device)
+    verify_attention(*problem.arguments(), **problem.kwargs(), variant=point.variant, config=config, out=out)
+
+    def call():
+        return verify_attention(*problem.arguments(), **problem.kwargs(), variant=point.variant, config=config,
+                                out=out, validate=False)
+
+    return call, resolved
+
+
+def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, rep_ms: float,
+                repeats: int = 1) -> dict:
+    """Check one point against the oracle's output, time it ``repeats`` times, return its payload."""
+    kind = "peer" if point.variant in peers.PEERS else "variant"
+    payload = {**asdict(point), "kind": kind, "config": dict(point.config), "mode": mode, "status": "ok",
+               "reason": ""}
     try:
-        shape = contract.check_arguments(*problem.arguments(), **problem.kwargs())
-        payload["resolved_config"] = variants.resolve_config(point.variant, variants.load_variant(point.variant),
-                                                             config, shape)
-        verify_attention(*problem.arguments(), **problem.kwargs(), variant=point.variant, config=config, out=out)
-        reference = reference_attention(*problem.arguments(), **problem.kwargs(), validate=False)
-        rel_error = float((out.double() - reference.double()).norm() / reference.double().norm())
-        del reference
+        call, payload["resolved_config"] = _implementation_call(point, problem)
+        output = call()
+        rel_error = float((output.double() - reference.double()).norm() / reference.double().norm())
         payload["rel_error"] = rel_error
         if not rel_error <= TOLERANCE[problem.q.dtype]:
             payload.update(status="wrong", reason=f"relative error {rel_error:.3g} vs the oracle")
             return payload
-
-        def call():
-            verify_attention(*problem.arguments(), **problem.kwargs(), variant=point.variant, config=config,
-                             out=out, validate=False)
-
-        result = timing.time_graph(call) if mode == "graph" else timing.time_events(call, rep_ms=rep_ms)
+        del output
+        results = [timing.time_graph(call) if mode == "graph" else timing.time_events(call, rep_ms=rep_ms)
+                   for _ in range(repeats)]
+    except peers.PeerUnavailable as error:
+        payload.update(status="unavailable", reason=str(error))
+        return payload
     except UnsupportedProblemError as error:
         payload.update(status="unsupported", reason=str(error))
         return payload
@@ -87,27 +101,33 @@ def bench_point(point: BenchPoint, problem, ceilings, *, mode: str, rep_ms: floa
     except Exception as error:
         payload.update(status="error", reason=f"{type(error).__name__}: {error}"[:500])
         return payload
+    result = results[0]
     work = roofline.verify_work(problem.prefix_lens.tolist(), point.tree_nodes, point.heads)
     payload.update(median_ms=result.median_ms, iqr_ms=result.iqr_ms, samples_ms=result.samples_ms,
                    reps=result.reps, warmup_calls=result.warmup_calls, gpu_state_before=result.gpu_state_before,
                    gpu_state_after=result.gpu_state_after, state_flags=result.state_flags,
                    **roofline.metrics(work, result.median_ms, ceilings))
+    if repeats > 1:
+        medians = [r.median_ms for r in results]
+        payload.update(repeat_medians_ms=medians, repeat_iqrs_ms=[r.iqr_ms for r in results],
+                       repeat_agrees=max(medians) - min(medians) <= max(r.iqr_ms for r in results))
     return payload
 
 
 def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_ms: float = 200.0,
-              seed: int = 0, progress: bool = True) -> list[dict]:
-    """Time every point; problems are shared by the points that differ only in variant/page size."""
+              repeats: int = 1, seed: int = 0, progress: bool = True) -> list[dict]:
+    """Time every point. Points that share a shape share one seeded problem (re-laid out per page
+    size) and one oracle output."""
     ceilings = roofline.load_ceilings()
     results = []
-    problems = {}
-    for point in tqdm(points, desc="vk bench", unit="point", disable=not progress):
+    shape_key, by_page, reference = None, {}, None
+    bar = tqdm(points, desc="vk bench", unit="point", disable=not progress)
+    for point in bar:
+        bar.set_postfix_str(f"{point.variant} L={point.prefix_len} T={point.tree_nodes} H={point.heads}")
         key = (point.prefix_len, point.tree_nodes, point.heads, point.batch, point.dtype, point.tree)
-        if key not in problems:
-            problems.clear()
+        if key != shape_key:
+            shape_key, by_page, reference = key, {}, None
             torch.cuda.empty_cache()
-            problems[key] = {}
-        by_page = problems[key]
         if point.page_size not in by_page:
             if by_page:
                 by_page[point.page_size] = next(iter(by_page.values())).with_page_size(point.page_size)
@@ -116,8 +136,11 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
                                                         page_size=point.page_size, batch=point.batch,
                                                         tree=point.tree, dtype=getattr(torch, point.dtype),
                                                         device="cuda", seed=seed)
-        record = records.make_record("bench", bench_point(point, by_page[point.page_size], ceilings,
-                                                          mode=mode, rep_ms=rep_ms))
+        problem = by_page[point.page_size]
+        if reference is None:
+            reference = reference_attention(*problem.arguments(), **problem.kwargs())
+        payload = bench_point(point, problem, reference, ceilings, mode=mode, rep_ms=rep_ms, repeats=repeats)
+        record = records.make_record("bench", payload)
         records.append_records(out_path, [record])
         results.append(record)
     return results
@@ -132,11 +155,20 @@ def format_table(results: list[dict]) -> str:
                      f"{r['achieved_tbps']:.2f}" if r.get("achieved_tbps") else "-",
                      f"{r['achieved_tflops']:.1f}" if r.get("achieved_tflops") else "-",
                      f"{r['pct_roofline']:.1f}" if r.get("pct_roofline") else "-",
-                     f"{r['rel_error']:.1e}" if "rel_error" in r else "-"))
+                     f"{r['rel_error']:.1e}" if "rel_error" in r else "-",
+                     _repeat_column(r)))
     return tabulate(rows, headers=["variant", "config", "L", "T", "H", "page", "median_ms", "iqr_ms", "TB/s",
-                                   "TFLOP/s", "% roofline", "rel_err"])
+                                   "TFLOP/s", "% roofline", "rel_err", "repeat"])
 
 
 def _short_config(config: dict) -> str:
     short = {"BLOCK_M": "M", "BLOCK_N": "N", "num_warps": "w", "num_stages": "s", "kv_splits": "splits"}
     return " ".join(f"{short.get(k, k)}{v}" for k, v in config.items())
+
+
+def _repeat_column(record: dict) -> str:
+    medians = record.get("repeat_medians_ms")
+    if not medians:
+        return ""
+    verdict = "agree" if record.get("repeat_agrees") else "DIFFER"
+    return f"{'/'.join(f'{m:.4f}' for m in medians)} {verdict}"

@@ -1,7 +1,9 @@
 """``vk``: the suite's command line (also ``python -m harness``).
 
     vk check     every variant against the oracle over the case matrix
-    vk bench     time variants side by side over a sweep; JSONL records + table
+    vk bench     time variants and peers side by side over a sweep; JSONL records + table
+    vk report    bench records -> markdown table and PNG plots
+    vk static    compile offline for sm_90/sm_120: registers, spills, shared memory, occupancy
     vk ceilings  measure and cache this GPU's copy bandwidth and bf16 matmul rate
     vk env       the environment a record would carry
 """
@@ -77,25 +79,81 @@ def cmd_check(args) -> int:
     return 1 if failed or not passed else 0
 
 
+BENCH_DEFAULTS = {"prefix": [4096, 32768, 131072], "tree": [16, 64], "heads": [8], "page_size": [64],
+                  "batch": 1, "dtype": "bfloat16", "mode": "events", "rep_ms": 200.0, "repeat": 1}
+
+
+def _bench_settings(args) -> dict:
+    """Flags given on the command line, else the --sweep YAML's values, else BENCH_DEFAULTS."""
+    import yaml
+
+    sweep = {}
+    if args.sweep:
+        sweep = yaml.safe_load(Path(args.sweep).read_text()) or {}
+        unknown = sorted(set(sweep) - set(BENCH_DEFAULTS) - {"variants", "peers", "configs"})
+        if unknown:
+            raise SystemExit(f"vk bench: {args.sweep}: unknown keys {unknown}; expected "
+                             f"{sorted(set(BENCH_DEFAULTS) | {'variants', 'peers', 'configs'})}")
+    settings = {}
+    for key, default in {**BENCH_DEFAULTS, "variants": None, "peers": None, "configs": None}.items():
+        given = getattr(args, "config" if key == "configs" else key)
+        settings[key] = given if given is not None else sweep.get(key, default)
+    return settings
+
+
 def cmd_bench(args) -> int:
+    import torch
+
     from .bench import format_table, run_sweep, sweep_points
     from .environment import gpu_sku
-
-    import torch
+    from .peers import PEERS
 
     if not torch.cuda.is_available():
         raise SystemExit("vk bench: needs a CUDA GPU (timings on the CPU interpreter mean nothing)")
     from verify_kernels import VARIANTS
 
-    names = args.variants or list(VARIANTS)
-    points = sweep_points(names, args.prefix, args.tree, args.heads, args.page_size, batch=args.batch,
-                          dtype=args.dtype, configs=args.config)
+    settings = _bench_settings(args)
+    names = list(settings["variants"] or VARIANTS) + list(PEERS if settings["peers"] is None else settings["peers"])
+    unknown = sorted(set(names) - set(VARIANTS) - set(PEERS))
+    if unknown:
+        raise SystemExit(f"vk bench: unknown variants or peers {unknown}; variants {sorted(VARIANTS)}, "
+                         f"peers {sorted(PEERS)}")
+    points = sweep_points(names, settings["prefix"], settings["tree"], settings["heads"], settings["page_size"],
+                          batch=settings["batch"], dtype=settings["dtype"], configs=settings["configs"])
     out = args.out or RESULTS / "bench" / f"{gpu_sku()}.jsonl"
-    results = run_sweep(points, out_path=out, mode=args.mode, rep_ms=args.rep_ms,
-                        progress=not args.no_progress)
+    results = run_sweep(points, out_path=out, mode=settings["mode"], rep_ms=settings["rep_ms"],
+                        repeats=settings["repeat"], progress=not args.no_progress)
     print(format_table(results))
     print(f"\nrecords appended to {out}")
-    return 0 if all(r["status"] in ("ok", "unsupported") for r in results) else 1
+    bad = [r for r in results if r["status"] in ("wrong", "error")]
+    return 1 if bad else 0
+
+
+def cmd_report(args) -> int:
+    from .report import write_report
+
+    out = args.out or RESULTS / "report" / args.inputs[0].stem
+    markdown, images = write_report(args.inputs, out, args.title or f"Benchmarks: {args.inputs[0].stem}")
+    print(markdown.read_text())
+    print(f"wrote {markdown} and {', '.join(str(i) for i in images)}")
+    return 0
+
+
+def cmd_static(args) -> int:
+    from .static_check import format_rows, static_rows
+
+    from verify_kernels import VARIANTS
+
+    names = [args.variant] if args.variant else [n for n in VARIANTS]
+    rows = []
+    for name in names:
+        for arch in args.arch:
+            rows += static_rows(name, arch, args.config)
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        print(format_rows(rows))
+    return 0 if all(r["feasible"] for r in rows) else 1
 
 
 def cmd_ceilings(args) -> int:
@@ -135,21 +193,37 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-progress", action="store_true")
     check.set_defaults(func=cmd_check)
 
-    bench = sub.add_parser("bench", help="time variants side by side over a sweep")
+    bench = sub.add_parser("bench", help="time variants and peers side by side over a sweep")
+    bench.add_argument("--sweep", type=Path, help="YAML file with any of the flags below (flags win)")
     bench.add_argument("--variants", nargs="+", help="default: all registered")
-    bench.add_argument("--prefix", type=_int_list, default=[4096, 32768, 131072], help="prefix lengths L")
-    bench.add_argument("--tree", type=_int_list, default=[16, 64], help="tree sizes T")
-    bench.add_argument("--heads", type=_int_list, default=[8], help="heads H")
-    bench.add_argument("--page-size", type=_int_list, default=[64], help="page sizes (triton_ps1 always 1)")
-    bench.add_argument("--batch", type=int, default=1)
-    bench.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+    bench.add_argument("--peers", nargs="*", help="peers to time beside them (default: all; none: --peers)")
+    bench.add_argument("--prefix", type=_int_list, help="prefix lengths L (default 4096,32768,131072)")
+    bench.add_argument("--tree", type=_int_list, help="tree sizes T (default 16,64)")
+    bench.add_argument("--heads", type=_int_list, help="heads H (default 8)")
+    bench.add_argument("--page-size", type=_int_list, help="page sizes (default 64; triton_ps1 always 1)")
+    bench.add_argument("--batch", type=int, help="requests per call (default 1)")
+    bench.add_argument("--dtype", choices=["bfloat16", "float16"])
     bench.add_argument("--config", type=_json_dict, action="append",
                        help='config overrides as JSON, e.g. \'{"BLOCK_M": 64}\'; repeat to sweep configs')
-    bench.add_argument("--mode", choices=["events", "graph"], default="events")
-    bench.add_argument("--rep-ms", type=float, default=200.0, help="time budget of timed calls per point")
+    bench.add_argument("--mode", choices=["events", "graph"], help="events (default) or CUDA-graph replay")
+    bench.add_argument("--rep-ms", type=float, help="time budget of timed calls per point (default 200)")
+    bench.add_argument("--repeat", type=int, help="time each point this many times (agreement check)")
     bench.add_argument("--out", type=Path, help="JSONL file (default results/bench/<gpu>.jsonl)")
     bench.add_argument("--no-progress", action="store_true")
     bench.set_defaults(func=cmd_bench)
+
+    report = sub.add_parser("report", help="bench records -> markdown table and PNG plots")
+    report.add_argument("inputs", nargs="+", type=Path, help="bench JSONL files")
+    report.add_argument("--out", type=Path, help="output prefix (default results/report/<first input stem>)")
+    report.add_argument("--title")
+    report.set_defaults(func=cmd_report)
+
+    static = sub.add_parser("static", help="compile offline for an arch: registers, spills, smem, occupancy")
+    static.add_argument("--variant", help="default: every variant with an offline compile path")
+    static.add_argument("--arch", nargs="+", default=["sm_120"], choices=["sm_90", "sm_120"])
+    static.add_argument("--config", type=_json_dict, action="append", help="configs to compile (default: the arch's default)")
+    static.add_argument("--json", action="store_true")
+    static.set_defaults(func=cmd_static)
 
     ceilings = sub.add_parser("ceilings", help="measure (or show cached) copy bandwidth and matmul rate")
     ceilings.add_argument("--remeasure", action="store_true")

@@ -82,6 +82,8 @@ def compile_resources(spec: TritonKernelSpec, arch: str) -> ResourceUsage:
 
     if arch not in ARCH_CAPABILITY:
         raise ValueError(f"arch: expected one of {sorted(ARCH_CAPABILITY)}, got {arch!r}")
+    if not isinstance(spec.kernel, triton.JITFunction):
+        raise RuntimeError("cannot compile kernels decorated under TRITON_INTERPRET=1; run without it")
     source = ASTSource(spec.kernel, spec.signature(), constexprs=dict(spec.constexprs))
     compiled = triton.compile(source, target=GPUTarget("cuda", ARCH_CAPABILITY[arch], 32),
                               options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})

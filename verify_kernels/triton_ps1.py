@@ -29,6 +29,8 @@ from .contract import ProblemShape
 CHECK_PAGE_SIZES = (1,)
 # The stack's choice for 576-dim heads on sm_90.
 DEFAULT_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+# The baseline is reproduced as upstream runs it, spills included (`vk static` reports them).
+ALLOW_SPILLS = True
 
 
 @triton.jit
@@ -140,3 +142,17 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         UPCAST_DOT=triton_common.upcast_dot(q.dtype),
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
+
+
+def kernel_specs(config: dict, *, page_size: int = 1, dtype: str = "bf16", head_dim: int = 576, v_dim: int = 512):
+    """What `vk static` compiles for ``config``."""
+    from harness.static_triton import TritonKernelSpec
+
+    pointer = f"*{dtype}"
+    return [TritonKernelSpec(
+        "ps1_verify", _ps1_verify_kernel,
+        {"Q": pointer, "KV": pointer, "BlockTable": "*i32", "PrefixLens": "*i32", "TreeMask": "*i32", "Out": pointer},
+        {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_DV": v_dim,
+         "BLOCK_DROPE": head_dim - v_dim, "UPCAST_DOT": False},
+        config["num_warps"], config["num_stages"],
+    )]

@@ -47,6 +47,9 @@ DEFAULT_CONFIGS = {
     "sm_120": {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "kv_splits": 0},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_90"]
+# `vk static` reports spills without rejecting: Triton keeps Q in registers for wgmma on sm_90 and
+# the fastest measured configs spill a few KB there (see results/static/).
+ALLOW_SPILLS = True
 # Each split covers at least this many positions: shorter splits cost more in partial-output
 # traffic (R x 512 fp32 per split) than they gain in parallelism.
 MIN_SPLIT_TOKENS = 256

@@ -1,0 +1,76 @@
+"""Static resource model: occupancy arithmetic by hand, and offline compiles for sm_90 and sm_120."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from harness.static_model import ResourceUsage, infeasibility, occupancy
+
+
+def usage(registers, threads, shared_bytes, spills=0):
+    return ResourceUsage(registers, spills, spills, 0, shared_bytes, threads)
+
+
+def test_occupancy_register_limited_sm90():
+    # 255 regs -> 8160 per warp, rounded to 8192; 16384 per sub-partition -> 2 warps each -> 8 warps
+    # per SM -> one 256-thread block.
+    result = occupancy(usage(255, 256, 16 * 1024), "sm_90")
+    assert (result.blocks_per_sm, result.limiter) == (1, "registers")
+    assert result.occupancy == pytest.approx(8 / 64)
+
+
+def test_occupancy_shared_memory_limited_sm120():
+    # 128 regs -> 4096 per warp -> 16 warps by registers -> 4 blocks of 4 warps; 80 KB + 1 KB reserved
+    # per block against a 100 KB carve-out -> 1 block.
+    result = occupancy(usage(128, 128, 80 * 1024), "sm_120")
+    assert (result.blocks_per_sm, result.limiter, result.carveout_kb) == (1, "shared_memory", 100)
+    assert result.occupancy == pytest.approx(4 / 48)
+
+
+def test_occupancy_warp_and_block_limits():
+    # 32 regs, 1024 threads: registers allow 64 warps; sm_120 holds 48 warps -> 1 block of 32 warps.
+    assert occupancy(usage(32, 1024, 0), "sm_120").blocks_per_sm == 1
+    assert occupancy(usage(32, 1024, 0), "sm_90").blocks_per_sm == 2
+    # Tiny blocks hit the block limit: 24 on sm_120, 32 on sm_90.
+    assert occupancy(usage(16, 32, 0), "sm_120") .blocks_per_sm == 24
+    assert occupancy(usage(16, 32, 0), "sm_90").limiter == "blocks"
+
+
+def test_carveout_is_the_smallest_step_that_fits():
+    # 32 regs -> 1024 per warp -> 64 warps by registers -> 4 blocks of 16 warps (also the warp
+    # limit); shared memory allows 228 // 41 = 5. 4 x (40 KB + 1 KB) = 164 KB: exactly a step.
+    result = occupancy(usage(32, 512, 40 * 1024), "sm_90")
+    assert result.blocks_per_sm == 4 and result.carveout_kb == 164
+    # 2 blocks of 48 + 1 KB = 98 KB -> the 100 KB step.
+    assert occupancy(usage(32, 1024, 48 * 1024), "sm_90").carveout_kb == 100
+
+
+def test_infeasibility_reasons():
+    assert "spills" in infeasibility(usage(255, 256, 0, spills=8), "sm_120")
+    assert infeasibility(usage(255, 256, 0, spills=8), "sm_120", allow_spills=True) is None
+    assert "99 KB" in infeasibility(usage(128, 128, 100 * 1024), "sm_120")
+    assert infeasibility(usage(128, 128, 100 * 1024), "sm_90") is None
+    with pytest.raises(ValueError, match="arch: expected one of"):
+        occupancy(usage(1, 32, 0), "sm_75")
+
+
+def vk_static(*args) -> list[dict]:
+    """`vk static --json` in a clean process: this test session runs Triton in interpreter mode,
+    whose kernels cannot be compiled."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    completed = subprocess.run([sys.executable, "-m", "harness", "static", "--json", *args],
+                               capture_output=True, text=True, env=env)
+    assert completed.stdout.strip().startswith("["), completed.stderr[-2000:]
+    return json.loads(completed.stdout)
+
+
+def test_triton_splitkv_defaults_offline_for_sm120_and_sm90():
+    """Both defaults compile without a GPU; sm_120's fits 99 KB of shared memory and does not spill."""
+    sm120, sm90 = vk_static("--variant", "triton_splitkv", "--arch", "sm_120", "sm_90")
+    assert sm120["arch"] == "sm_120" and sm120["shared_bytes"] <= 99 * 1024, sm120
+    assert sm120["spill_store_bytes"] == 0 and sm120["spill_load_bytes"] == 0, sm120
+    assert sm120["feasible"] and sm120["blocks_per_sm"] >= 1, sm120
+    assert sm90["arch"] == "sm_90" and sm90["shared_bytes"] <= 227 * 1024 and sm90["feasible"], sm90
