@@ -164,8 +164,13 @@ def cmd_ceilings(args) -> int:
         print(json.dumps(cached.__dict__, indent=1))
         return 0
     ceilings, procedure = measure_ceilings()
-    if cached and cached.mma_sync_tflops:
-        ceilings = type(ceilings)(ceilings.gpu, ceilings.copy_tbps, ceilings.matmul_tflops, cached.mma_sync_tflops)
+    try:
+        from .mma_ceiling import measure_mma_sync_tflops
+
+        mma_tflops, procedure["mma_sync"] = measure_mma_sync_tflops()
+        ceilings = type(ceilings)(ceilings.gpu, ceilings.copy_tbps, ceilings.matmul_tflops, mma_tflops)
+    except ImportError as error:
+        procedure["mma_sync"] = f"not measured: {error}"
     path = save_ceilings(ceilings, procedure)
     print(json.dumps(ceilings.__dict__, indent=1))
     print(f"saved to {path}")

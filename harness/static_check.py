@@ -19,18 +19,29 @@ def default_configs(variant: str, arch: str) -> dict:
 def static_rows(variant: str, arch: str, configs: list[dict] | None = None) -> list[dict]:
     """One row per (config, kernel): resources from the compiler, occupancy, feasibility."""
     module = variants.load_variant(variant)
-    if not hasattr(module, "kernel_specs"):
-        raise ValueError(f"variant {variant!r} has no offline compile path (kernel_specs)")
+    allow_spills = getattr(module, "ALLOW_SPILLS", False)
     rows = []
     for config in configs or [default_configs(variant, arch)]:
-        for spec in module.kernel_specs(config):
-            row = {"variant": variant, "kernel": spec.name, "config": config}
-            try:
-                row.update(report(compile_resources(spec, arch), arch, getattr(module, "ALLOW_SPILLS", False)))
-            except Exception as error:  # a compile failure is a rejection with its reason
-                row.update(arch=arch, feasible=False, reason=f"compile: {str(error).splitlines()[0][:200]}")
-            rows.append(row)
+        config = {**default_configs(variant, arch), **config}
+        row = {"variant": variant, "config": config}
+        try:
+            problems = getattr(module, "config_problems", lambda c: [])(config)
+            if problems:
+                raise ValueError("; ".join(problems))
+            for name, usage in _resources(module, config, arch):
+                rows.append({**row, "kernel": name, **report(usage, arch, allow_spills)})
+        except Exception as error:  # a compile failure or a broken rule is a rejection with its reason
+            rows.append({**row, "arch": arch, "feasible": False, "reason": f"compile: {str(error).splitlines()[0][:200]}"})
     return rows
+
+
+def _resources(module, config: dict, arch: str):
+    """(kernel name, ResourceUsage) pairs: nvcc for CUDA variants, triton.compile for Triton ones."""
+    if hasattr(module, "static_resources"):
+        return module.static_resources(config, arch)
+    if hasattr(module, "kernel_specs"):
+        return [(spec.name, compile_resources(spec, arch)) for spec in module.kernel_specs(config)]
+    raise ValueError(f"variant {module.__name__} has no offline compile path")
 
 
 def format_rows(rows: list[dict]) -> str:

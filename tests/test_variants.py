@@ -14,11 +14,13 @@ GPU_ONLY_CASES = [c for c in gpu_cases() if c not in CPU_CASES]
 
 
 def _params(cases):
+    """Every variant x (page size, config) x case; variants with no CPU path carry the gpu marker."""
     params = []
     for name in VARIANTS:
+        marks = [] if getattr(variants.load_variant(name), "CPU_INTERPRETABLE", False) else [pytest.mark.gpu]
         for page, config in check_matrix(name):
             label = "-".join(f"{k}{v}" for k, v in config.items()) or "default"
-            params += [pytest.param(name, case, page, config, id=f"{name}-{case.name}-ps{page}-{label}")
+            params += [pytest.param(name, case, page, config, id=f"{name}-{case.name}-ps{page}-{label}", marks=marks)
                        for case in cases]
     return params
 

@@ -25,6 +25,8 @@ from . import triton_common
 from .triton_dot import dot
 from .contract import ProblemShape
 
+# Runs on the CPU through the Triton interpreter (the CPU test suite).
+CPU_INTERPRETABLE = True
 # Page sizes `vk check` and the tests exercise for this variant.
 CHECK_PAGE_SIZES = (1,)
 # The stack's choice for 576-dim heads on sm_90.

@@ -24,16 +24,17 @@ and acc [BLOCK_M, 512] fp32.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 import triton
 import triton.language as tl
 
 from . import triton_common
 from .contract import ProblemShape
+from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
 from .triton_dot import dot
 
+# Runs on the CPU through the Triton interpreter (the CPU test suite).
+CPU_INTERPRETABLE = True
 PAGE_SIZES = (16, 32, 64)
 CHECK_PAGE_SIZES = (16, 64)
 # Configs `vk check` and the tests run besides the default: forced splits exercise the combine,
@@ -50,10 +51,6 @@ DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_90"]
 # `vk static` reports spills without rejecting: Triton keeps Q in registers for wgmma on sm_90 and
 # the fastest measured configs spill a few KB there (see results/static/).
 ALLOW_SPILLS = True
-# Each split covers at least this many positions: shorter splits cost more in partial-output
-# traffic (R x 512 fp32 per split) than they gain in parallelism.
-MIN_SPLIT_TOKENS = 256
-MAX_KV_SPLITS = 64
 COMBINE_BLOCK_R = 4
 
 
@@ -197,34 +194,16 @@ def _combine_kernel(PartialOut, PartialLse, Out, stride_ob, stride_ot, stride_oh
     tl.store(out_ptrs, acc.to(Out.dtype.element_ty), mask=row_valid[:, None])
 
 
-@lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 def _arch_of(device: torch.device) -> str:
     if device.type != "cuda":
         return "sm_90"
-    major, minor = torch.cuda.get_device_capability(device)
+    major, _ = torch.cuda.get_device_capability(device)
     return "sm_120" if major >= 12 else "sm_90"
 
 
 def default_config(shape: ProblemShape) -> dict:
     """The arch's default tiles (sm_120 defaults fit its 99 KB of shared memory)."""
     return dict(DEFAULT_CONFIGS[_arch_of(shape.device)])
-
-
-def choose_kv_splits(shape: ProblemShape, block_m: int, block_n: int, sm_count: int) -> int:
-    """Splits from shapes alone: enough programs to fill the SMs twice, splits >= MIN_SPLIT_TOKENS.
-
-    The sequence bound is the block table's capacity (prefix_lens would need a host sync).
-    """
-    capacity = shape.max_pages * shape.page_size
-    row_blocks = triton.cdiv(shape.rows, block_m)
-    wanted = triton.cdiv(2 * sm_count, row_blocks * shape.batch)
-    by_length = max(1, capacity // max(MIN_SPLIT_TOKENS, block_n))
-    splits = max(1, min(wanted, by_length, MAX_KV_SPLITS))
-    return triton.next_power_of_2(splits) if splits > 1 else 1
 
 
 def unsupported_reason(shape: ProblemShape) -> str | None:
@@ -240,9 +219,7 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
         if not (triton_common.is_power_of_two(config[key]) and config[key] >= 16):
             raise ValueError(f"config: {key} must be a power of two >= 16, got {config[key]}")
     if not config["kv_splits"]:
-        device = shape.device
-        sm_count = _sm_count(device.index or 0) if device.type == "cuda" else 132
-        config = {**config, "kv_splits": choose_kv_splits(shape, block_m, block_n, sm_count)}
+        config = {**config, "kv_splits": choose_kv_splits(shape, block_m, block_n, sm_count(shape.device))}
     if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
         raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
     return config

@@ -19,9 +19,10 @@ from types import ModuleType
 VARIANTS: dict[str, str] = {
     "triton_ps1": "verify_kernels.triton_ps1",
     "triton_splitkv": "verify_kernels.triton_splitkv",
+    "cuda_coalesced": "verify_kernels.cuda_coalesced",
 }
 
-AUTO_PREFERENCE: tuple[str, ...] = ("triton_splitkv", "triton_ps1")
+AUTO_PREFERENCE: tuple[str, ...] = ("triton_splitkv", "cuda_coalesced", "triton_ps1")
 
 
 def load_variant(name: str) -> ModuleType:

@@ -1,0 +1,68 @@
+"""cuda_coalesced without a GPU: nvcc compiles its source for sm_90 and sm_120, and its rules."""
+
+import shutil
+
+import pytest
+
+from verify_kernels import cuda_coalesced
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (CI has it)")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
+def test_default_config_compiles_without_spills_within_sm120_smem(arch):
+    from harness.static_check import static_rows
+
+    (row,) = static_rows("cuda_coalesced", arch)
+    assert row["registers"] > 0, row
+    assert row["spill_store_bytes"] == 0 and row["spill_load_bytes"] == 0, row
+    assert row["shared_bytes"] <= 99 * 1024, f"default must fit sm_120's 99 KB: {row['shared_bytes']} B"
+    assert row["feasible"] and row["blocks_per_sm"] >= 1, row
+
+
+@needs_nvcc
+def test_fp16_and_wide_configs_compile():
+    from harness.static_nvcc import compile_resources
+
+    config = {**cuda_coalesced.DEFAULT_CONFIG, "WARPS_M": 4, "BLOCK_N": 32}
+    macros = {k: config[k] for k in cuda_coalesced.MACROS} | {"USE_FP16": 1}
+    usage = compile_resources(cuda_coalesced.SOURCE, "sm_90", macros, kernel="verify_mma",
+                              dynamic_smem=cuda_coalesced.smem_bytes(config), threads=256)
+    assert usage.spill_store_bytes == 0 and usage.registers <= 255
+
+
+@needs_nvcc
+def test_sm120_rejects_configs_over_99kb():
+    from harness.static_check import static_rows
+
+    (row,) = static_rows("cuda_coalesced", "sm_120", [{"WARPS_M": 4, "BLOCK_N": 32}])
+    assert not row["feasible"] and "99 KB" in row["reason"]
+
+
+def test_smem_arithmetic():
+    # Q 32 x 584 + 2 stages x 16 x 584 + P 32 x 24 halves, plus 2 x 2 x 32 floats.
+    assert cuda_coalesced.smem_bytes(cuda_coalesced.DEFAULT_CONFIG) == 2 * (32 * 584 + 2 * 16 * 584 + 32 * 24) + 512
+
+
+@pytest.mark.parametrize("changes, message", [
+    pytest.param({"BLOCK_N": 24}, "multiple of 16", id="block_n"),
+    pytest.param({"WARPS_N": 4, "BLOCK_N": 16}, "multiple of 8", id="s_cols"),
+    pytest.param({"WARPS_N": 3}, "WARPS_N", id="odd_warps_n"),
+    pytest.param({"WARPS_M": 8, "WARPS_N": 8}, "threads per block", id="threads"),
+])
+def test_config_rules(changes, message):
+    problems = cuda_coalesced.config_problems({**cuda_coalesced.DEFAULT_CONFIG, **changes})
+    assert any(message in p for p in problems), problems
+    assert cuda_coalesced.config_problems(dict(cuda_coalesced.DEFAULT_CONFIG)) == []
+
+
+def test_cpu_tensors_are_a_clear_unsupported_reason():
+    import torch
+
+    from verify_kernels import UnsupportedProblemError, make_problem, verify_attention
+
+    problem = make_problem([20], 4, 2, page_size=16)
+    with pytest.raises(UnsupportedProblemError, match="variant 'cuda_coalesced' does not support this problem: needs a CUDA device"):
+        verify_attention(*problem.arguments(), **problem.kwargs(), variant="cuda_coalesced")
+    assert torch.isnan(problem.kv_cache).any()

@@ -1,0 +1,42 @@
+"""How many KV splits (flash-decoding) a paged variant launches, from shapes alone.
+
+Shared by triton_splitkv and cuda_coalesced. The sequence bound is the block table's capacity:
+prefix_lens lives on the device and reading it would be a host sync (and break graph capture).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+
+from .contract import ProblemShape
+
+# Each split covers at least this many positions: shorter splits cost more in partial-output
+# traffic (R x 512 fp32 per split) than they gain in parallelism.
+MIN_SPLIT_TOKENS = 256
+MAX_KV_SPLITS = 64
+CTAS_PER_SM = 2
+CPU_SM_COUNT = 132  # what the interpreter pretends, so CPU tests exercise the same choices
+
+
+@lru_cache(maxsize=None)
+def _device_sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return CPU_SM_COUNT
+    return _device_sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def choose_kv_splits(shape: ProblemShape, rows_per_cta: int, block_n: int, sms: int) -> int:
+    """Enough CTAs to fill every SM CTAS_PER_SM times, each split >= MIN_SPLIT_TOKENS positions."""
+    capacity = shape.max_pages * shape.page_size
+    row_blocks = math.ceil(shape.rows / rows_per_cta)
+    wanted = math.ceil(CTAS_PER_SM * sms / (row_blocks * shape.batch))
+    by_length = max(1, capacity // max(MIN_SPLIT_TOKENS, block_n))
+    splits = max(1, min(wanted, by_length, MAX_KV_SPLITS))
+    return 1 << (splits - 1).bit_length() if splits > 1 else 1
