@@ -65,7 +65,15 @@ def sdpa_gathered(problem):
     return call
 
 
+# (Dqk, v_dim, dtype) -> the reason FlexAttention failed: compiling again for every shape of a
+# sweep costs minutes and fails the same way.
+_FLEX_FAILURES: dict[tuple, str] = {}
+
+
 def flex_attention(problem):
+    dims = (problem.q.shape[-1], problem.v_dim, problem.q.dtype)
+    if dims in _FLEX_FAILURES:
+        raise PeerUnavailable(_FLEX_FAILURES[dims] + " (same dims failed earlier in this run)")
     try:
         from torch.nn.attention.flex_attention import create_block_mask
         from torch.nn.attention.flex_attention import flex_attention as flex
@@ -96,8 +104,10 @@ def flex_attention(problem):
 
         call()  # compile now, so a failure is the peer's reason, not a timing crash
     except Exception as error:  # compilation failures are the finding, recorded as the row
-        raise PeerUnavailable(f"FlexAttention failed for Dqk={rows.shape[-1]}, Dv={problem.v_dim}: "
-                              f"{type(error).__name__}: {str(error).splitlines()[0][:300]}") from None
+        reason = (f"FlexAttention failed for Dqk={rows.shape[-1]}, Dv={problem.v_dim}: "
+                  f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:300]}")
+        _FLEX_FAILURES[dims] = reason
+        raise PeerUnavailable(reason) from None
     return call
 
 

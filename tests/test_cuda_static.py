@@ -10,15 +10,25 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
-def test_default_config_compiles_without_spills_within_sm120_smem(arch):
+@pytest.mark.parametrize("arch, smem_limit_kb", [("sm_90", 227), ("sm_120", 99)])
+def test_default_config_compiles_without_spills_within_the_arch_smem(arch, smem_limit_kb):
+    """Each arch's default compiles with nvcc, does not spill and fits the arch's shared memory."""
     from harness.static_check import static_rows
 
     (row,) = static_rows("cuda_coalesced", arch)
     assert row["registers"] > 0, row
     assert row["spill_store_bytes"] == 0 and row["spill_load_bytes"] == 0, row
-    assert row["shared_bytes"] <= 99 * 1024, f"default must fit sm_120's 99 KB: {row['shared_bytes']} B"
+    assert row["shared_bytes"] <= smem_limit_kb * 1024, f"{arch} default: {row['shared_bytes']} B"
     assert row["feasible"] and row["blocks_per_sm"] >= 1, row
+
+
+@needs_nvcc
+def test_sm120_default_also_compiles_for_sm90():
+    """One source: the sm_120 default is a valid sm_90 config too."""
+    from harness.static_check import static_rows
+
+    (row,) = static_rows("cuda_coalesced", "sm_90", [cuda_coalesced.DEFAULT_CONFIGS["sm_120"]])
+    assert row["feasible"] and row["spill_store_bytes"] == 0, row
 
 
 @needs_nvcc
@@ -42,7 +52,7 @@ def test_sm120_rejects_configs_over_99kb():
 
 def test_smem_arithmetic():
     # Q 32 x 584 + 2 stages x 16 x 584 + P 32 x 24 halves, plus 2 x 2 x 32 floats.
-    assert cuda_coalesced.smem_bytes(cuda_coalesced.DEFAULT_CONFIG) == 2 * (32 * 584 + 2 * 16 * 584 + 32 * 24) + 512
+    assert cuda_coalesced.smem_bytes(cuda_coalesced.DEFAULT_CONFIGS["sm_120"]) == 2 * (32 * 584 + 2 * 16 * 584 + 32 * 24) + 512
 
 
 @pytest.mark.parametrize("changes, message", [

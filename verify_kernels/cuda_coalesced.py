@@ -24,15 +24,21 @@ from pathlib import Path
 import torch
 
 from .contract import ProblemShape
-from .splits import choose_kv_splits, sm_count
+from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
 
 SOURCE = Path(__file__).parent / "cuda" / "verify_mma.cu"
 PAGE_SIZES = (16, 32, 64)
 CHECK_PAGE_SIZES = (16, 64)
 CHECK_CONFIGS = ({}, {"BLOCK_N": 32, "kv_splits": 3}, {"WARPS_M": 1, "WARPS_N": 4, "BLOCK_N": 32, "STAGES": 3, "kv_splits": 5})
 HEAD_DIM, V_DIM = 576, 512
-# Fits sm_120's 99 KB per block with no spills (`vk static --variant cuda_coalesced --arch sm_120`).
-DEFAULT_CONFIG = {"WARPS_M": 2, "WARPS_N": 2, "BLOCK_N": 16, "STAGES": 2, "MIN_BLOCKS": 1, "kv_splits": 0}
+# Per-arch defaults. sm_120: fits its 99 KB per block with no spills (`vk static --arch sm_120`).
+# sm_90: the fastest of the configs timed on an H200 at L = 131072, T = 16 and 64, H = 8
+# (results/bench/cuda-configs-nvidia-h200.jsonl); 156 KB of shared memory, so sm_90 only.
+DEFAULT_CONFIGS = {
+    "sm_90": {"WARPS_M": 4, "WARPS_N": 2, "BLOCK_N": 64, "STAGES": 1, "MIN_BLOCKS": 1, "kv_splits": 0},
+    "sm_120": {"WARPS_M": 2, "WARPS_N": 2, "BLOCK_N": 16, "STAGES": 2, "MIN_BLOCKS": 1, "kv_splits": 0},
+}
+DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
 MACROS = ("WARPS_M", "WARPS_N", "BLOCK_N", "STAGES", "MIN_BLOCKS")
 COMBINE_THREADS = 128
 ALLOW_SPILLS = False
@@ -82,6 +88,11 @@ def unsupported_reason(shape: ProblemShape) -> str | None:
     return None
 
 
+def default_config(shape: ProblemShape) -> dict:
+    major = torch.cuda.get_device_capability(shape.device)[0] if shape.device.type == "cuda" else 12
+    return dict(DEFAULT_CONFIGS["sm_120" if major >= 12 else "sm_90"])
+
+
 def complete_config(config: dict, shape: ProblemShape) -> dict:
     problems = config_problems(config)
     if problems:
@@ -94,6 +105,8 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
     if not config["kv_splits"]:
         count = sm_count(shape.device)
         config = {**config, "kv_splits": choose_kv_splits(shape, 16 * config["WARPS_M"], config["BLOCK_N"], count)}
+    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
+        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
     return config
 
 
@@ -106,6 +119,14 @@ def _kernels(macros: tuple, fp16: bool, device_index: int):
     with cupy.cuda.Device(device_index):
         module = cupy.RawModule(code=SOURCE.read_text(), options=options)
         return module.get_function("verify_mma"), module.get_function("verify_combine")
+
+
+@lru_cache(maxsize=64)
+def _external_stream(handle: int, device_index: int):
+    """CuPy's view of a torch stream (cached: a wrapper per call costs microseconds)."""
+    import cupy
+
+    return cupy.cuda.ExternalStream(handle, device_index)
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
@@ -130,7 +151,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     else:
         partial_out = partial_lse = out  # unused by the kernel
     i32, i64, ptr = np.int32, np.int64, np.uint64
-    stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
+    stream = _external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
     with cupy.cuda.Device(device_index):
         grid = (math.ceil(rows / (16 * config["WARPS_M"])), kv_splits, batch)
         main(grid, (32 * config["WARPS_M"] * config["WARPS_N"],), (
