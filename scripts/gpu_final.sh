@@ -35,7 +35,7 @@ for variant in triton_splitkv cuda_coalesced; do
   grep -E "verify|tensor|dram|warps_active|wavefronts|registers|duration" "results/ncu/$variant-L131072-T64-H8-$sku.txt" | head -n 8
 done
 pack
-bench --sweep harness/sweeps/quick.yaml --rep-ms 50 --out "results/bench/quick-$sku.jsonl" \
+timeout 230 python3 -m harness bench --no-progress --sweep harness/sweeps/quick.yaml --rep-ms 50 --out "results/bench/quick-$sku.jsonl" \
   > "results/bench/quick-$sku.txt" 2>&1; tail -n 3 "results/bench/quick-$sku.txt"; pack
 bench --peers sdpa_gathered --prefix 32768 --tree 64 --heads 8 --repeat 2 --out "results/bench/repeat-$sku.jsonl" \
   > "results/bench/repeat-$sku.txt" 2>&1; tail -n 5 "results/bench/repeat-$sku.txt"
