@@ -74,8 +74,8 @@ def _implementation_call(point: BenchPoint, problem):
 def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, rep_ms: float,
                 repeats: int = 1) -> dict:
     """Check one point against the oracle's output, time it ``repeats`` times, return its payload."""
-    kind = "peer" if point.variant in peers.PEERS else "variant"
-    payload = {**asdict(point), "kind": kind, "config": dict(point.config), "mode": mode, "status": "ok",
+    implementation = "peer" if point.variant in peers.PEERS else "variant"
+    payload = {**asdict(point), "implementation": implementation, "config": dict(point.config), "mode": mode, "status": "ok",
                "reason": ""}
     try:
         call, payload["resolved_config"] = _implementation_call(point, problem)

@@ -65,15 +65,17 @@ def sdpa_gathered(problem):
     return call
 
 
-# (Dqk, v_dim, dtype) -> the reason FlexAttention failed: compiling again for every shape of a
-# sweep costs minutes and fails the same way.
+# (Dqk, v_dim, dtype, T, H) -> the reason FlexAttention failed: compiling again for every prefix
+# length of a sweep costs minutes and fails the same way. (Keyed by T and H too: on an H200 it
+# compiled at T = 16 and 64 and ran out of shared memory at T = 256.)
 _FLEX_FAILURES: dict[tuple, str] = {}
 
 
 def flex_attention(problem):
-    dims = (problem.q.shape[-1], problem.v_dim, problem.q.dtype)
+    dims = (problem.q.shape[-1], problem.v_dim, problem.q.dtype, problem.q.shape[1], problem.q.shape[2])
     if dims in _FLEX_FAILURES:
-        raise PeerUnavailable(_FLEX_FAILURES[dims] + " (same dims failed earlier in this run)")
+        raise PeerUnavailable(_FLEX_FAILURES[dims] + " (not compiled again: this T, H and dims failed earlier "
+                              "in this run)")
     try:
         from torch.nn.attention.flex_attention import create_block_mask
         from torch.nn.attention.flex_attention import flex_attention as flex

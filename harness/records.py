@@ -15,8 +15,14 @@ from .environment import command_line, describe_environment
 SCHEMA_VERSION = 1
 
 
+RESERVED_KEYS = ("schema_version", "kind", "environment", "timestamp", "command")
+
+
 def make_record(kind: str, payload: dict, command: str | None = None) -> dict:
     """A record: kind, payload fields, environment, timestamp and the reproducing command."""
+    clashes = sorted(set(payload) & set(RESERVED_KEYS))
+    if clashes:
+        raise ValueError(f"payload: keys {clashes} are reserved for the record itself")
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": kind,

@@ -111,6 +111,8 @@ def test_records_round_trip_with_schema_and_command(tmp_path):
     assert len(loaded) == 2 and loaded[0]["schema_version"] == records.SCHEMA_VERSION
     assert loaded[0]["command"] == "vk bench --prefix 4096"
     assert loaded[0]["environment"]["source_hash"]
+    with pytest.raises(ValueError, match=r"keys \['kind'\] are reserved"):
+        records.make_record("bench", {"kind": "peer"})
     path.write_text(json.dumps({"schema_version": 99}) + "\n")
     with pytest.raises(ValueError, match="schema_version 99"):
         records.read_records(path)
