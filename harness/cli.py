@@ -145,6 +145,8 @@ def cmd_static(args) -> int:
     from verify_kernels import VARIANTS
 
     names = [args.variant] if args.variant else [n for n in VARIANTS]
+    if args.space:
+        return _static_space(names, args)
     rows = []
     for name in names:
         for arch in args.arch:
@@ -154,6 +156,140 @@ def cmd_static(args) -> int:
     else:
         print(format_rows(rows))
     return 0 if all(r["feasible"] for r in rows) else 1
+
+
+def _static_space(names: list[str], args) -> int:
+    """Every candidate of each variant's search space with its static figures or rejection."""
+    from tabulate import tabulate
+
+    from .search_space import SPACES_DIR, static_feasibility
+
+    rows, summary = [], []
+    for name in names:
+        if not (SPACES_DIR / f"{name}.yaml").exists():
+            continue
+        for arch in args.arch:
+            found = static_feasibility(name, arch, progress=not args.json)
+            feasible = [c for c in found if c.feasible]
+            summary.append((name, arch, len(found), len(feasible),
+                            sum((c.static.get("spill_store_bytes") or 0) > 0 for c in feasible)))
+            rows += [{"variant": name, "arch": arch, "config": c.config, "feasible": c.feasible, "reason": c.reason,
+                      **c.static} for c in found]
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+        return 0
+    table = [(r["variant"], r["arch"], ",".join(f"{k}={v}" for k, v in r["config"].items()), r.get("registers", "-"),
+              r.get("spill_store_bytes", "-"), f"{r['shared_bytes'] / 1024:.0f}" if r.get("shared_bytes") else "-",
+              r.get("blocks_per_sm", "-"), "yes" if r["feasible"] else "NO", r["reason"][:70]) for r in rows]
+    print(tabulate(table, headers=["variant", "arch", "config", "regs", "spill B", "smem KB", "blocks/SM",
+                                   "feasible", "reason"]))
+    print()
+    print(tabulate(summary, headers=["variant", "arch", "candidates", "feasible", "feasible with spills"]))
+    return 0
+
+
+def cmd_tune(args) -> int:
+    import torch
+
+    from verify_kernels.dispatch import l_bucket
+
+    from .tune import (DEFAULT_STORAGE, TuneKey, neighbour_winners, save_winner, tune_key, winner_record,
+                       winners_path)
+
+    fake = bool(os.environ.get("VK_TUNE_FAKE"))
+    if not torch.cuda.is_available() and not fake:
+        raise SystemExit("vk tune: needs a CUDA GPU (VK_TUNE_FAKE=1 runs the machinery with a fake cost)")
+    if args.workers > 1:
+        return _tune_workers(args)
+    arch = args.arch or ("sm_120" if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 12
+                         else "sm_90")
+    sku = args.gpu or gpu_sku_or_fake(fake)
+    storage = args.storage or DEFAULT_STORAGE
+    Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True) if storage.startswith("sqlite:///") else None
+    path = args.winners or winners_path(sku)
+    rows = []
+    for variant in args.variants:
+        for length in args.prefix:
+            for nodes in args.tree:
+                for heads in args.heads:
+                    key = TuneKey(variant, sku, l_bucket(length), nodes, heads, args.page_size, args.dtype, length)
+                    study = tune_key(key, arch=arch, storage=storage, trials=args.trials, minutes=args.minutes,
+                                     seed=args.seed, warm_start=neighbour_winners(path, key),
+                                     timeout_s=args.trial_timeout, rep_ms=args.rep_ms, progress=not args.no_progress,
+                                     compile=not args.no_compile, exhaustive=args.exhaustive)
+                    if args.worker_only or args.exhaustive:
+                        continue
+                    record = winner_record(study, key)
+                    if record:
+                        save_winner(record, path)
+                        rows.append((variant, length, nodes, heads, f"{record['median_ms']:.4f}",
+                                     f"{record['default_median_ms']:.4f}" if record["default_median_ms"] else "-",
+                                     f"{record['speedup_over_default']:.2f}x" if record["speedup_over_default"] else "-",
+                                     record["measured"], record["failed"], json.dumps(record["config"])))
+    if rows:
+        from tabulate import tabulate
+
+        print(tabulate(rows, headers=["variant", "L", "T", "H", "best ms", "default ms", "speed-up", "measured",
+                                      "failed", "config"]))
+        print(f"\nwinners in {path}; storage {storage}")
+    return 0
+
+
+def gpu_sku_or_fake(fake: bool) -> str:
+    from .environment import gpu_sku
+
+    sku = gpu_sku()
+    return "fake-" + sku if fake else sku
+
+
+def _tune_workers(args) -> int:
+    """One `vk tune --worker-only` process per local GPU on the shared storage, then the winners."""
+    import subprocess
+
+    import torch
+
+    from .tune import DEFAULT_STORAGE
+
+    storage = args.storage or DEFAULT_STORAGE
+    gpus = max(1, torch.cuda.device_count())
+    argv = [a for a in sys.argv[1:] if not a.startswith("--workers")]
+    if "--workers" in sys.argv:
+        index = sys.argv.index("--workers")
+        argv = sys.argv[1:index] + sys.argv[index + 2:]
+    processes = []
+    for worker in range(args.workers):
+        # Each worker stops when the study holds --trials finished trials (MaxTrialsCallback).
+        extra = ["--worker-only", "--storage", storage, "--seed", str(args.seed + worker), "--no-progress"]
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(worker % gpus)}
+        processes.append(subprocess.Popen([sys.executable, "-m", "harness", *argv, *extra], env=env))
+    codes = [p.wait() for p in processes]
+    if any(codes):
+        raise SystemExit(f"vk tune: workers exited with {codes}")
+    final = [sys.executable, "-m", "harness", *argv, "--storage", storage, "--trials", "0"]
+    return subprocess.call(final)
+
+
+def cmd_tuned(args) -> int:
+    import yaml
+
+    from .tune import check_winners, winners_path
+
+    path = args.file or winners_path()
+    if args.check:
+        stale = check_winners(path)
+        for line in stale:
+            print(line)
+        print("ok: every tuned record matches the current source" if not stale else f"{len(stale)} stale records")
+        return 1 if stale else 0
+    print(yaml.safe_dump(yaml.safe_load(path.read_text()) if path.exists() else {}, sort_keys=True))
+    return 0
+
+
+def cmd_tune_quality(args) -> int:
+    from .tune_quality import format_quality, trials_to_reach
+
+    print(format_quality(trials_to_reach(args.storage, args.study, seeds=args.seeds, within=args.within)))
+    return 0
 
 
 def cmd_ceilings(args) -> int:
@@ -227,8 +363,46 @@ def build_parser() -> argparse.ArgumentParser:
     static.add_argument("--variant", help="default: every variant with an offline compile path")
     static.add_argument("--arch", nargs="+", default=["sm_120"], choices=["sm_90", "sm_120"])
     static.add_argument("--config", type=_json_dict, action="append", help="configs to compile (default: the arch's default)")
+    static.add_argument("--space", action="store_true", help="the whole search space (search_spaces/*.yaml)")
     static.add_argument("--json", action="store_true")
     static.set_defaults(func=cmd_static)
+
+    tune = sub.add_parser("tune", help="Optuna over the statically feasible space, one study per key")
+    tune.add_argument("--variants", nargs="+", default=["triton_splitkv", "cuda_coalesced"])
+    tune.add_argument("--prefix", type=_int_list, default=[4096, 32768, 131072])
+    tune.add_argument("--tree", type=_int_list, default=[16, 64, 256])
+    tune.add_argument("--heads", type=_int_list, default=[8])
+    tune.add_argument("--page-size", type=int, default=64)
+    tune.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+    tune.add_argument("--trials", type=int, default=30, help="trials per study (total, counting earlier runs)")
+    tune.add_argument("--minutes", type=float, help="wall-clock budget per study")
+    tune.add_argument("--storage", help=f"any Optuna storage URL (default {'sqlite:///results/tuned/optuna.db'})")
+    tune.add_argument("--workers", type=int, default=1, help="worker processes, one per local GPU, shared storage")
+    tune.add_argument("--arch", choices=["sm_90", "sm_120"], help="static model's arch (default: this GPU's)")
+    tune.add_argument("--gpu", help="GPU SKU for the keys (default: this GPU's)")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--trial-timeout", type=float, default=180.0, help="seconds before a trial counts as hung")
+    tune.add_argument("--rep-ms", type=float, default=100.0)
+    tune.add_argument("--exhaustive", action="store_true",
+                      help="measure every feasible config once (study '<key>|exhaustive'), for vk tune-quality")
+    tune.add_argument("--winners", type=Path, help="winners YAML (default results/tuned/<gpu-sku>.yaml)")
+    tune.add_argument("--no-compile", action="store_true",
+                      help="static model without the compiler: constraints and kernel rules only")
+    tune.add_argument("--worker-only", action="store_true", help=argparse.SUPPRESS)
+    tune.add_argument("--no-progress", action="store_true")
+    tune.set_defaults(func=cmd_tune)
+
+    tuned = sub.add_parser("tuned", help="show tuned winners; --check fails on stale source hashes")
+    tuned.add_argument("--check", action="store_true")
+    tuned.add_argument("--file", type=Path)
+    tuned.set_defaults(func=cmd_tuned)
+
+    quality = sub.add_parser("tune-quality", help="trials TPE needs to reach the exhaustive best (replayed)")
+    quality.add_argument("--storage", required=True)
+    quality.add_argument("--study", required=True, help="a study holding an exhaustive measurement of one key")
+    quality.add_argument("--seeds", type=int, default=5)
+    quality.add_argument("--within", type=float, default=0.03)
+    quality.set_defaults(func=cmd_tune_quality)
 
     ceilings = sub.add_parser("ceilings", help="measure (or show cached) copy bandwidth and matmul rate")
     ceilings.add_argument("--remeasure", action="store_true")

@@ -78,8 +78,9 @@ def describe_environment() -> dict:
 
 def gpu_sku() -> str:
     """A file-name-safe GPU name, e.g. 'nvidia-h200'; 'cpu' without a GPU."""
-    name = describe_environment()["gpu"] or "cpu"
-    return "-".join(name.lower().replace("_", " ").split())
+    from verify_kernels.dispatch import device_sku
+
+    return device_sku()
 
 
 def command_line() -> str:

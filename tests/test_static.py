@@ -74,3 +74,18 @@ def test_triton_splitkv_defaults_offline_for_sm120_and_sm90():
     assert sm120["spill_store_bytes"] == 0 and sm120["spill_load_bytes"] == 0, sm120
     assert sm120["feasible"] and sm120["blocks_per_sm"] >= 1, sm120
     assert sm90["arch"] == "sm_90" and sm90["shared_bytes"] <= 227 * 1024 and sm90["feasible"], sm90
+
+
+def test_sm120_search_spaces_have_20_feasible_spill_free_configs():
+    """The target arch's spaces pass the static model (results/static/ caches the compiles per
+    kernel source hash; a changed kernel recompiles here, which takes minutes)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json; from harness.search_space import static_feasibility as s; "
+            "print(json.dumps({v: [c.static for c in s(v, 'sm_120', progress=False) if c.feasible] "
+            "for v in ('triton_splitkv', 'cuda_coalesced')}))")
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    feasible = json.loads(completed.stdout.strip().splitlines()[-1])
+    for variant, rows in feasible.items():
+        assert len(rows) >= 20, f"{variant}: {len(rows)} feasible configs on sm_120"
+        assert all(not r["spill_store_bytes"] and r["shared_bytes"] <= 99 * 1024 for r in rows), variant

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from . import contract, variants
+from . import contract, dispatch, variants
 
 
 class UnsupportedProblemError(ValueError):
@@ -22,8 +22,13 @@ def _supported_variants(shape: contract.ProblemShape) -> dict[str, str | None]:
     return reasons
 
 
-def select_variant(variant: str, shape: contract.ProblemShape) -> str:
-    """Resolve ``variant`` for ``shape``. An explicit name never falls back to another variant."""
+def select_variant(variant: str, shape: contract.ProblemShape) -> tuple[str, dict | None]:
+    """Resolve ``variant`` for ``shape``: (name, tuned config or None).
+
+    An explicit name never falls back to another variant. "auto" takes the tuned winner for this
+    GPU and shape bucket when one exists (dispatch.py), else the first supporting variant in
+    AUTO_PREFERENCE with its default config.
+    """
     if variant != "auto":
         module = variants.load_variant(variant)
         reason = module.unsupported_reason(shape)
@@ -33,11 +38,14 @@ def select_variant(variant: str, shape: contract.ProblemShape) -> str:
                 f"variant {variant!r} does not support this problem: {reason}. "
                 f"Variants that do: {supported or 'none'}"
             )
-        return variant
+        return variant, None
+    tuned = dispatch.tuned_choice(shape)
+    if tuned is not None and variants.load_variant(tuned[0]).unsupported_reason(shape) is None:
+        return tuned
     reasons = _supported_variants(shape)
     for name in variants.AUTO_PREFERENCE:
         if reasons.get(name) is None:
-            return name
+            return name, None
     details = "; ".join(f"{n}: {r}" for n, r in reasons.items())
     raise UnsupportedProblemError(f"variant 'auto': no variant supports this problem ({details})")
 
@@ -56,9 +64,9 @@ def verify_attention(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_sca
         contract.check_out(out, shape)
     if validate:
         contract.check_values(block_table, prefix_lens, tree_mask, shape)
-    name = select_variant(variant, shape)
+    name, tuned_config = select_variant(variant, shape)
     module = variants.load_variant(name)
-    resolved = variants.resolve_config(name, module, config, shape)
+    resolved = variants.resolve_config(name, module, config if config is not None else tuned_config, shape)
     if out is None:
         out = torch.empty(shape.batch, shape.tree_nodes, shape.heads, v_dim, dtype=q.dtype, device=q.device)
     module.run(q, kv_cache, block_table, prefix_lens, tree_mask, sm_scale=float(sm_scale), v_dim=v_dim,

@@ -1,0 +1,259 @@
+"""``vk tune``: one Optuna study per key (variant, GPU, L bucket, T, H, page size, dtype).
+
+- The sampler (TPE, seeded) proposes values per tunable; proposals the search space or the static
+  model reject are pruned with their reason and never reach the GPU.
+- A config already measured in the study is not measured again: the trial takes the earlier value
+  and records ``duplicate_of``.
+- Every measured trial runs in a worker process (harness/tune_worker.py) that checks the config
+  against the oracle before timing it; a wrong answer, an error, a crash or a hang past the timeout
+  is a failed trial with its ``invalidity`` and the study goes on.
+- Storage is any Optuna URL; by default an SQLite file under results/tuned/. A killed run loses no
+  completed trial: starting it again loads the study and continues.
+- The variant's default config is trial 0 of every study (the speed-up's baseline); the winner of
+  the neighbouring L bucket is enqueued next (warm start).
+- Winners go to results/tuned/<gpu-sku>.yaml after each key, with their provenance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .environment import PACKAGE_ROOT, describe_environment, gpu_sku, source_hash
+from .search_space import Candidate, load_space, static_feasibility
+from .search_space import candidates as search_candidates
+
+TUNED_DIR = PACKAGE_ROOT / "results" / "tuned"
+DEFAULT_STORAGE = f"sqlite:///{TUNED_DIR / 'optuna.db'}"
+
+
+class TrialFailed(RuntimeError):
+    """A measured config that faulted, hung, errored or gave a wrong answer."""
+
+
+@dataclass(frozen=True)
+class TuneKey:
+    variant: str
+    gpu: str
+    l_bucket: int
+    tree_nodes: int
+    heads: int
+    page_size: int
+    dtype: str
+    prefix_len: int  # the length actually measured for this bucket
+
+    @property
+    def study_name(self) -> str:
+        return (f"{self.variant}|{self.gpu}|L{self.l_bucket}|T{self.tree_nodes}|H{self.heads}|"
+                f"ps{self.page_size}|{self.dtype}")
+
+
+def canonical(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def evaluate(key: TuneKey, config: dict, *, timeout_s: float, rep_ms: float) -> dict:
+    """Run one config in a worker process; crashes and timeouts become failed results."""
+    job = {"variant": key.variant, "config": config, "prefix_len": key.prefix_len, "tree_nodes": key.tree_nodes,
+           "heads": key.heads, "page_size": key.page_size, "dtype": key.dtype, "rep_ms": rep_ms}
+    try:
+        completed = subprocess.run([sys.executable, "-m", "harness.tune_worker"], input=json.dumps(job),
+                                   capture_output=True, text=True, timeout=timeout_s, cwd=PACKAGE_ROOT,
+                                   env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                       filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))})
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "reason": f"no answer within {timeout_s:.0f} s (hang)"}
+    lines = completed.stdout.strip().splitlines()
+    if completed.returncode != 0 or not lines:
+        tail = (completed.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return {"status": "runtime", "reason": f"worker exited with code {completed.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def _same_config(study, config: dict, state, exclude: int | None = None):
+    """The first trial in ``state`` with these params (other than trial ``exclude``), else None."""
+    for trial in study.get_trials(deepcopy=False, states=(state,)):
+        if trial.number != exclude and canonical(trial.params) == canonical(config):
+            return trial
+    return None
+
+
+HEARTBEAT_S = 30
+GRACE_S = 120
+
+
+def open_storage(url: str):
+    """An Optuna storage for ``url``. Database URLs get a heartbeat: a trial left RUNNING by a killed
+    worker is failed after GRACE_S and retried once by the next run."""
+    import optuna
+
+    if url.split(":", 1)[0].split("+")[0] in ("sqlite", "postgresql", "mysql"):
+        return optuna.storages.RDBStorage(
+            url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+            failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=1))
+    return url
+
+
+def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], rejected: dict[str, str], *,
+                   timeout_s: float, rep_ms: float):
+    import optuna
+
+    names = list(space["tunables"])
+
+    def objective(trial: "optuna.Trial") -> float:
+        config = {name: trial.suggest_categorical(name, space["tunables"][name]) for name in names}
+        text = canonical(config)
+        if text not in feasible:
+            trial.set_user_attr("invalidity", "constraints")
+            trial.set_user_attr("reason", rejected.get(text, "not in the search space"))
+            raise optuna.TrialPruned(rejected.get(text, "not in the search space"))
+        running = _same_config(trial.study, config, optuna.trial.TrialState.RUNNING, exclude=trial.number)
+        if running is not None:  # another worker is measuring it right now
+            trial.set_user_attr("duplicate_of", running.number)
+            raise optuna.TrialPruned(f"duplicate of running trial {running.number}")
+        earlier = _same_config(trial.study, config, optuna.trial.TrialState.COMPLETE)
+        if earlier is not None:
+            trial.set_user_attr("duplicate_of", earlier.number)
+            for name in ("median_ms", "iqr_ms"):
+                if name in earlier.user_attrs:
+                    trial.set_user_attr(name, earlier.user_attrs[name])
+            return earlier.value
+        result = evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms)
+        for name, value in result.items():
+            trial.set_user_attr(name, value)
+        if result.get("status") != "ok":
+            invalidity = {"wrong": "correctness", "error": "compile_or_launch"}.get(result["status"], result["status"])
+            trial.set_user_attr("invalidity", invalidity)
+            raise TrialFailed(f"{invalidity}: {result.get('reason', '')}")
+        return float(result["median_ms"])
+
+    return objective
+
+
+def feasible_space(variant: str, arch: str, progress: bool, compile: bool = True):
+    """(space, feasible {canonical: Candidate}, rejected {canonical: reason}).
+
+    ``compile=False`` applies the constraints and kernel rules only (tests without a compiler).
+    """
+    space = load_space(variant, arch)
+    candidates = static_feasibility(variant, arch, progress=progress) if compile else search_candidates(variant, arch)
+    feasible = {canonical(c.config): c for c in candidates if c.feasible}
+    rejected = {canonical(c.config): c.reason for c in candidates if not c.feasible}
+    return space, feasible, rejected
+
+
+def default_config_for(variant: str, arch: str, space: dict) -> dict:
+    from .static_check import default_configs
+
+    default = default_configs(variant, arch)
+    return {name: default[name] for name in space["tunables"]}
+
+
+def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minutes: float | None, seed: int,
+             warm_start: list[dict], timeout_s: float, rep_ms: float, progress: bool, compile: bool = True,
+             feasible_override=None, exhaustive: bool = False):
+    """Run (or continue) the study of one key; returns the study.
+
+    ``exhaustive``: measure every feasible config once, in a study named "<key>|exhaustive" (the
+    table the tuning-quality replay needs); ``trials`` is then the feasible count.
+    """
+    import optuna
+
+    if feasible_override is not None:
+        space, feasible, rejected = feasible_override
+    else:
+        space, feasible, rejected = feasible_space(key.variant, arch, progress, compile)
+    if not feasible:
+        raise ValueError(f"{key.variant} on {arch}: no statically feasible config in the search space")
+    name = key.study_name + ("|exhaustive" if exhaustive else "")
+    study = optuna.create_study(study_name=name, storage=open_storage(storage), direction="minimize",
+                                load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed))
+    study.set_user_attr("key", asdict(key))
+    study.set_user_attr("arch", arch)
+    if not study.trials:
+        queue = ([c.config for c in feasible.values()] if exhaustive
+                 else [default_config_for(key.variant, arch, space), *warm_start])
+        for config in queue:
+            if canonical(config) in feasible:
+                study.enqueue_trial(config, skip_if_exists=True)
+    if exhaustive:
+        trials = len(feasible)
+    done = len([t for t in study.trials if t.state.is_finished()])
+    remaining = None if trials is None else max(0, trials - done)
+    if remaining == 0:
+        return study
+    objective = make_objective(key, space, feasible, rejected, timeout_s=timeout_s, rep_ms=rep_ms)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # With several workers on one storage, each stops once the study holds `trials` trials that are
+    # finished or in flight (enqueued, still waiting ones do not count).
+    TrialState = optuna.trial.TrialState
+    counted = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
+    callbacks = [] if trials is None else [optuna.study.MaxTrialsCallback(trials, states=counted)]
+    study.optimize(objective, n_trials=remaining, timeout=None if minutes is None else 60 * minutes,
+                   catch=(TrialFailed,), callbacks=callbacks, show_progress_bar=progress)
+    return study
+
+
+def winner_record(study, key: TuneKey) -> dict | None:
+    import optuna
+
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        return None
+    best = min(complete, key=lambda t: t.value)
+    default = complete[0] if complete[0].number == 0 else None
+    env = describe_environment()
+    record = {
+        **asdict(key), "config": dict(best.params), "median_ms": best.value,
+        "iqr_ms": best.user_attrs.get("iqr_ms"), "trial": best.number,
+        "default_median_ms": default.value if default else None,
+        "speedup_over_default": (default.value / best.value) if default else None,
+        "trials": len(study.trials), "measured": sum("duplicate_of" not in t.user_attrs and
+                                                      t.state == optuna.trial.TrialState.COMPLETE for t in study.trials),
+        "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials),
+        "source_hash": source_hash(), "torch": str(env["torch"]), "triton": env["triton"], "cupy": env["cupy"],
+        "driver": env.get("driver"), "study": study.study_name,
+    }
+    return record
+
+
+def winners_path(sku: str | None = None) -> Path:
+    return TUNED_DIR / f"{sku or gpu_sku()}.yaml"
+
+
+def save_winner(record: dict, path: Path) -> None:
+    import yaml
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    winners = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    winners[record["study"]] = record
+    path.write_text(yaml.safe_dump(winners, sort_keys=True))
+
+
+def neighbour_winners(path: Path, key: TuneKey) -> list[dict]:
+    """Winners of the same variant, T, H, page size and dtype at other L buckets, nearest first."""
+    import yaml
+
+    if not path.exists():
+        return []
+    winners = yaml.safe_load(path.read_text()) or {}
+    same = [w for w in winners.values() if (w["variant"], w["tree_nodes"], w["heads"], w["page_size"], w["dtype"]) ==
+            (key.variant, key.tree_nodes, key.heads, key.page_size, key.dtype) and w["l_bucket"] != key.l_bucket]
+    same.sort(key=lambda w: abs(math.log2(w["l_bucket"]) - math.log2(key.l_bucket)))
+    return [w["config"] for w in same[:1]]
+
+
+def check_winners(path: Path) -> list[str]:
+    """Stale records: those whose source hash no longer matches the code."""
+    import yaml
+
+    if not path.exists():
+        return [f"{path}: no tuned records"]
+    current = source_hash()
+    return [f"{name}: source hash {record['source_hash']} != current {current}"
+            for name, record in (yaml.safe_load(path.read_text()) or {}).items() if record["source_hash"] != current]

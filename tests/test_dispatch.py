@@ -1,0 +1,71 @@
+"""variant="auto": tuned winners picked from shapes alone, defaults with one warning otherwise."""
+
+import warnings
+
+import pytest
+import torch
+import yaml
+
+from verify_kernels import dispatch, make_problem, reference_attention, verify_attention
+from verify_kernels.api import select_variant
+from verify_kernels.contract import check_arguments
+
+from conftest import DEVICE
+
+
+def _shape(problem):
+    return check_arguments(*problem.arguments(), **problem.kwargs())
+
+
+@pytest.fixture
+def tuned_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(dispatch, "TUNED_DIR", tmp_path)
+    dispatch.load_tuned.cache_clear()
+    dispatch._warned.clear()
+    yield tmp_path
+    dispatch.load_tuned.cache_clear()
+
+
+def test_l_bucket_is_the_power_of_two_below():
+    assert [dispatch.l_bucket(n) for n in (1, 4096, 4224, 131200, 185064)] == [1024, 4096, 4096, 131072, 131072]
+
+
+def test_auto_picks_the_fastest_tuned_record(tuned_dir):
+    problem = make_problem([100], 9, 2, page_size=16, device=DEVICE, seed=3)
+    shape = _shape(problem)
+    bucket = dispatch.l_bucket(shape.max_pages * shape.page_size)
+    base = {"l_bucket": bucket, "tree_nodes": 9, "heads": 2, "page_size": 16, "dtype": "bfloat16"}
+    records = {
+        "slow": {**base, "variant": "triton_splitkv", "config": {"BLOCK_M": 32}, "median_ms": 2.0},
+        "fast": {**base, "variant": "triton_splitkv", "config": {"BLOCK_M": 16, "BLOCK_N": 16, "kv_splits": 3},
+                 "median_ms": 1.0},
+        "other_shape": {**base, "heads": 4, "variant": "triton_ps1", "config": {}, "median_ms": 0.1},
+    }
+    (tuned_dir / f"{dispatch.device_sku(shape.device)}.yaml").write_text(yaml.safe_dump(records))
+    assert select_variant("auto", shape) == ("triton_splitkv", {"BLOCK_M": 16, "BLOCK_N": 16, "kv_splits": 3})
+    out = verify_attention(*problem.arguments(), **problem.kwargs())  # auto, with the tuned config
+    reference = reference_attention(*problem.arguments(), **problem.kwargs())
+    assert float((out.double() - reference.double()).norm() / reference.double().norm()) < 1e-2
+
+
+def test_auto_without_records_warns_once_and_uses_the_default_order(tuned_dir):
+    problem = make_problem([10], 3, 1, page_size=16, device=DEVICE)
+    shape = _shape(problem)
+    with pytest.warns(UserWarning, match="no tuned record"):
+        name, config = select_variant("auto", shape)
+    assert config is None and name in ("triton_splitkv", "cuda_coalesced")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        select_variant("auto", shape)  # the same key does not warn again
+
+
+def test_explicit_config_wins_over_the_tuned_one(tuned_dir):
+    problem = make_problem([40], 5, 1, page_size=16, device=DEVICE)
+    shape = _shape(problem)
+    base = {"l_bucket": dispatch.l_bucket(shape.max_pages * 16), "tree_nodes": 5, "heads": 1, "page_size": 16,
+            "dtype": "bfloat16", "variant": "triton_splitkv", "median_ms": 1.0}
+    (tuned_dir / f"{dispatch.device_sku(shape.device)}.yaml").write_text(
+        yaml.safe_dump({"k": {**base, "config": {"BLOCK_M": 999}}}))
+    # The tuned config is invalid here on purpose: passing a config must bypass it.
+    out = verify_attention(*problem.arguments(), **problem.kwargs(), config={"BLOCK_M": 16})
+    assert out.shape == (1, 5, 1, 512) and not torch.isnan(out).any()

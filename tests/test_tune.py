@@ -1,0 +1,158 @@
+"""Tuning machinery on the CPU: fake costs stand in for GPU timings (VK_TUNE_FAKE=1)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from harness import tune, tune_quality  # noqa: E402
+from harness.tune_worker import fake_cost_ms  # noqa: E402
+
+KEY = tune.TuneKey("triton_splitkv", "fake-cpu", 4096, 16, 8, 64, "bfloat16", 4096)
+
+
+def _vk_tune(tmp_path, *extra, env=None):
+    return [sys.executable, "-m", "harness", "tune", "--variants", "triton_splitkv", "--prefix", "4096", "--tree",
+            "16", "--heads", "8", "--storage", f"sqlite:///{tmp_path / 'tune.db'}", "--winners",
+            str(tmp_path / "winners.yaml"), "--no-compile", "--no-progress", "--arch", "sm_120", *extra]
+
+
+@pytest.fixture
+def fake_env(monkeypatch):
+    monkeypatch.setenv("VK_TUNE_FAKE", "1")
+    return {**os.environ, "VK_TUNE_FAKE": "1"}
+
+
+def _trials(storage: str):
+    return optuna.load_study(study_name=KEY.study_name, storage=storage).trials
+
+
+def _finished(storage: str) -> dict[int, float]:
+    return {t.number: t.value for t in _trials(storage) if t.state.is_finished()}
+
+
+def test_killed_run_resumes_without_losing_trials(tmp_path, fake_env):
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    env = {**fake_env, "VK_TUNE_FAKE_SLEEP": "0.4"}
+    process = subprocess.Popen(_vk_tune(tmp_path, "--trials", "14"), env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    before = {}
+    while time.time() < deadline:
+        time.sleep(0.5)
+        try:
+            before = _finished(storage)
+        except Exception:
+            continue
+        if len([v for v in before.values() if v is not None]) >= 2:
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert len(before) >= 2, "the first run finished no trial before the kill"
+    completed = subprocess.run(_vk_tune(tmp_path, "--trials", "14"), env=env, capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    after = _finished(storage)
+    for number, value in before.items():
+        assert after[number] == value, f"trial {number} changed or vanished after the resume"
+    # The trial in flight when the first run was killed stays RUNNING until the heartbeat's grace
+    # period fails it (and a later run retries it); every other trial finished.
+    states = [t.state for t in _trials(storage)]
+    assert len(states) >= 14 and states.count(optuna.trial.TrialState.RUNNING) <= 1
+    winners = (tmp_path / "winners.yaml").read_text()
+    assert KEY.study_name in winners and "speedup_over_default" in winners
+
+
+def test_faulting_config_is_a_failed_trial_and_the_study_finishes(tmp_path, fake_env, monkeypatch):
+    monkeypatch.setenv("VK_TUNE_FAULT", json.dumps({"BLOCK_M": 16, "num_warps": 4}))
+    storage = f"sqlite:///{tmp_path / 'fault.db'}"
+    planted = {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "kv_splits": 0}
+    study = tune.tune_key(KEY, arch="sm_120", storage=storage, trials=8, minutes=None, seed=1, warm_start=[planted],
+                          timeout_s=60, rep_ms=10, progress=False, compile=False)
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert failed and failed[0].params == planted
+    assert failed[0].user_attrs["invalidity"] == "runtime" and "exited with code" in failed[0].user_attrs["reason"]
+    assert len([t for t in study.trials if t.state.is_finished()]) == 8
+    record = tune.winner_record(study, KEY)
+    assert record["config"] != planted and record["failed"] >= 1
+
+
+def test_no_config_is_measured_twice(tmp_path, fake_env):
+    space, feasible, rejected = tune.feasible_space("triton_splitkv", "sm_120", progress=False, compile=False)
+    small = dict(list(feasible.items())[:3])
+    study = tune.tune_key(KEY, arch="sm_120", storage=f"sqlite:///{tmp_path / 'dup.db'}", trials=25, minutes=None,
+                          seed=0, warm_start=[], timeout_s=60, rep_ms=10, progress=False, compile=False,
+                          feasible_override=(space, small, rejected))
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    measured = [t for t in complete if "duplicate_of" not in t.user_attrs]
+    assert len({json.dumps(t.params, sort_keys=True) for t in measured}) == len(measured) <= 3
+    for trial in complete:
+        assert trial.value == pytest.approx(fake_cost_ms(trial.params))
+
+
+def test_infeasible_proposals_never_reach_the_worker(tmp_path, fake_env, monkeypatch):
+    calls = []
+    monkeypatch.setattr(tune, "evaluate", lambda key, config, **kw: calls.append(config) or
+                        {"status": "ok", "median_ms": fake_cost_ms(config), "iqr_ms": 0.0})
+    space, feasible, rejected = tune.feasible_space("triton_splitkv", "sm_120", progress=False, compile=False)
+    study = tune.tune_key(KEY, arch="sm_120", storage=f"sqlite:///{tmp_path / 'inf.db'}", trials=30, minutes=None,
+                          seed=3, warm_start=[], timeout_s=60, rep_ms=10, progress=False, compile=False)
+    assert all(json.dumps(c, sort_keys=True) in feasible for c in calls)
+    pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert all(t.user_attrs.get("invalidity") == "constraints" or "duplicate_of" in t.user_attrs for t in pruned)
+
+
+def test_winners_check_flags_stale_source(tmp_path):
+    path = tmp_path / "w.yaml"
+    record = {"study": "s", "source_hash": "0" * 16, "variant": "triton_splitkv"}
+    tune.save_winner(record, path)
+    assert tune.check_winners(path) == [f"s: source hash {'0' * 16} != current {tune.source_hash()}"]
+    tune.save_winner({**record, "source_hash": tune.source_hash()}, path)
+    assert tune.check_winners(path) == []
+
+
+def test_tuned_cli_check_exit_code(tmp_path):
+    path = tmp_path / "w.yaml"
+    tune.save_winner({"study": "s", "source_hash": "stale", "variant": "x"}, path)
+    completed = subprocess.run([sys.executable, "-m", "harness", "tuned", "--check", "--file", str(path)],
+                               capture_output=True, text=True)
+    assert completed.returncode == 1 and "stale" in completed.stdout
+
+
+def test_neighbour_winner_is_the_warm_start(tmp_path):
+    path = tmp_path / "w.yaml"
+    base = {"variant": "triton_splitkv", "tree_nodes": 16, "heads": 8, "page_size": 64, "dtype": "bfloat16",
+            "source_hash": "h"}
+    tune.save_winner({**base, "study": "a", "l_bucket": 32768, "config": {"BLOCK_M": 32}}, path)
+    tune.save_winner({**base, "study": "b", "l_bucket": 131072, "config": {"BLOCK_M": 64}}, path)
+    assert tune.neighbour_winners(path, KEY) == [{"BLOCK_M": 32}]
+
+
+def test_tuning_quality_replay_on_a_known_table(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'q.db'}"
+    study = optuna.create_study(study_name="exhaustive", storage=storage)
+    for a in range(10):
+        for b in range(12):
+            study.enqueue_trial({"a": a, "b": b})
+    study.optimize(lambda t: 1.0 + abs(t.suggest_int("a", 0, 9) - 7) + abs(t.suggest_int("b", 0, 11) - 3) / 3,
+                   n_trials=120)
+    result = tune_quality.trials_to_reach(storage, "exhaustive", seeds=5, within=0.03)
+    assert result["space_size"] == 120 and len(result["trials_per_seed"]) == 5
+    assert 1 <= result["median_trials"] <= 120
+    assert "median" in tune_quality.format_quality(result)
+
+
+def test_exhaustive_study_measures_every_feasible_config_once(tmp_path, fake_env):
+    space, feasible, rejected = tune.feasible_space("triton_splitkv", "sm_120", progress=False, compile=False)
+    subset = dict(list(feasible.items())[:7])
+    study = tune.tune_key(KEY, arch="sm_120", storage=f"sqlite:///{tmp_path / 'ex.db'}", trials=None, minutes=None,
+                          seed=0, warm_start=[], timeout_s=60, rep_ms=10, progress=False, compile=False,
+                          feasible_override=(space, subset, rejected), exhaustive=True)
+    assert study.study_name.endswith("|exhaustive")
+    measured = {json.dumps(t.params, sort_keys=True) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    assert measured == set(subset)
