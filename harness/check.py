@@ -7,7 +7,7 @@ from tqdm import tqdm
 
 from verify_kernels import variants
 
-from .cases import Case, CaseResult, check_matrix, cpu_cases, gpu_cases, run_case
+from .cases import Case, CaseResult, check_matrix, run_case
 
 
 def run_check(variant_names: list[str], cases: list[Case], *, device: str, progress: bool = True) -> list[CaseResult]:
@@ -30,10 +30,6 @@ def format_table(results: list[CaseResult]) -> str:
 
 def _format_config(config: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items()) or "default"
-
-
-def default_cases(device: str) -> list[Case]:
-    return gpu_cases() if device == "cuda" else cpu_cases()
 
 
 def all_variants() -> list[str]:

@@ -205,7 +205,8 @@ def cmd_tune(args) -> int:
                          else "sm_90")
     sku = args.gpu or gpu_sku_or_fake(fake)
     storage = args.storage or DEFAULT_STORAGE
-    Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True) if storage.startswith("sqlite:///") else None
+    if storage.startswith("sqlite:///"):
+        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     path = args.winners or winners_path(sku)
     rows = []
     for variant in args.variants:
@@ -252,10 +253,7 @@ def _tune_workers(args) -> int:
 
     storage = args.storage or DEFAULT_STORAGE
     gpus = max(1, torch.cuda.device_count())
-    argv = [a for a in sys.argv[1:] if not a.startswith("--workers")]
-    if "--workers" in sys.argv:
-        index = sys.argv.index("--workers")
-        argv = sys.argv[1:index] + sys.argv[index + 2:]
+    argv = _without_option(sys.argv[1:], "--workers")
     processes = []
     for worker in range(args.workers):
         # Each worker stops when the study holds --trials finished trials (MaxTrialsCallback).
@@ -267,6 +265,19 @@ def _tune_workers(args) -> int:
         raise SystemExit(f"vk tune: workers exited with {codes}")
     final = [sys.executable, "-m", "harness", *argv, "--storage", storage, "--trials", "0"]
     return subprocess.call(final)
+
+
+def _without_option(argv: list[str], option: str) -> list[str]:
+    """argv less ``option VALUE`` and ``option=VALUE``."""
+    result, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            result.append(arg)
+    return result
 
 
 def cmd_tuned(args) -> int:

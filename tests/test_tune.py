@@ -156,3 +156,16 @@ def test_exhaustive_study_measures_every_feasible_config_once(tmp_path, fake_env
     assert study.study_name.endswith("|exhaustive")
     measured = {json.dumps(t.params, sort_keys=True) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
     assert measured == set(subset)
+
+
+def test_workers_share_one_storage_and_stop_at_the_trial_budget(tmp_path, fake_env):
+    """--workers 2 on one machine (the multi-GPU path with every worker on this CPU): one study,
+    the budget respected, the winners written once at the end."""
+    completed = subprocess.run(_vk_tune(tmp_path, "--trials", "10", "--workers", "2"), env=fake_env,
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    trials = _trials(f"sqlite:///{tmp_path / 'tune.db'}")
+    assert 10 <= len(trials) <= 12  # two workers may each start one trial as the budget is reached
+    measured = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
+    assert len({json.dumps(t.params, sort_keys=True) for t in measured}) == len(measured)
+    assert KEY.study_name in (tmp_path / "winners.yaml").read_text()
