@@ -249,9 +249,12 @@ def _tune_workers(args) -> int:
 
     import torch
 
-    from .tune import DEFAULT_STORAGE
+    from .tune import DEFAULT_STORAGE, open_storage
 
     storage = args.storage or DEFAULT_STORAGE
+    if storage.startswith("sqlite:///"):
+        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    open_storage(storage)  # create the schema once, before workers race to create it
     gpus = max(1, torch.cuda.device_count())
     argv = _without_option(sys.argv[1:], "--workers")
     processes = []
@@ -285,14 +288,20 @@ def cmd_tuned(args) -> int:
 
     from .tune import check_winners, winners_path
 
-    path = args.file or winners_path()
+    from .tune import TUNED_DIR
+
+    paths = [args.file] if args.file else sorted(TUNED_DIR.glob("*.yaml")) or [winners_path()]
     if args.check:
-        stale = check_winners(path)
+        stale = [line for path in paths for line in check_winners(path)]
         for line in stale:
             print(line)
-        print("ok: every tuned record matches the current source" if not stale else f"{len(stale)} stale records")
+        names = ", ".join(str(p) for p in paths)
+        print(f"ok: every tuned record in {names} matches the current source" if not stale else
+              f"{len(stale)} stale records")
         return 1 if stale else 0
-    print(yaml.safe_dump(yaml.safe_load(path.read_text()) if path.exists() else {}, sort_keys=True))
+    for path in paths:
+        print(f"# {path}")
+        print(yaml.safe_dump(yaml.safe_load(path.read_text()) if path.exists() else {}, sort_keys=True))
     return 0
 
 
@@ -403,7 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--no-progress", action="store_true")
     tune.set_defaults(func=cmd_tune)
 
-    tuned = sub.add_parser("tuned", help="show tuned winners; --check fails on stale source hashes")
+    tuned = sub.add_parser("tuned", help="show tuned winners (every results/tuned/*.yaml); --check fails on stale "
+                                         "source hashes")
     tuned.add_argument("--check", action="store_true")
     tuned.add_argument("--file", type=Path)
     tuned.set_defaults(func=cmd_tuned)

@@ -88,10 +88,18 @@ GRACE_S = 120
 
 
 def open_storage(url: str):
-    """An Optuna storage for ``url``. Database URLs get a heartbeat: a trial left RUNNING by a killed
-    worker is failed after GRACE_S and retried once by the next run."""
+    """An Optuna storage for ``url``: a database URL (sqlite, postgresql, mysql) or
+    ``journal:///path/to/file.log`` (Optuna's JournalStorage on a file, for many workers on a
+    shared file system). Database URLs get a heartbeat: a trial left RUNNING by a killed worker is
+    failed after GRACE_S and retried once by the next run."""
     import optuna
 
+    if url.startswith("journal://"):
+        from optuna.storages.journal import JournalFileBackend
+
+        path = url.removeprefix("journal://")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(path))
     if url.split(":", 1)[0].split("+")[0] in ("sqlite", "postgresql", "mysql"):
         return optuna.storages.RDBStorage(
             url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,

@@ -30,7 +30,7 @@ def fake_env(monkeypatch):
 
 
 def _trials(storage: str):
-    return optuna.load_study(study_name=KEY.study_name, storage=storage).trials
+    return optuna.load_study(study_name=KEY.study_name, storage=tune.open_storage(storage)).trials
 
 
 def _finished(storage: str) -> dict[int, float]:
@@ -169,3 +169,30 @@ def test_workers_share_one_storage_and_stop_at_the_trial_budget(tmp_path, fake_e
     measured = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
     assert len({json.dumps(t.params, sort_keys=True) for t in measured}) == len(measured)
     assert KEY.study_name in (tmp_path / "winners.yaml").read_text()
+
+
+def test_workers_on_journal_storage(tmp_path, fake_env):
+    """The same worker run on Optuna's JournalStorage (a file many processes append to)."""
+    journal = f"journal://{tmp_path / 'journal.log'}"
+    argv = [a if not a.startswith("sqlite:///") else journal for a in _vk_tune(tmp_path, "--trials", "8", "--workers", "2")]
+    completed = subprocess.run(argv, env=fake_env, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    trials = _trials(journal)
+    assert 8 <= len(trials) <= 10
+    assert KEY.study_name in (tmp_path / "winners.yaml").read_text()
+
+
+@pytest.mark.skipif(not os.environ.get("VK_TEST_POSTGRES_URL"),
+                    reason="set VK_TEST_POSTGRES_URL to a PostgreSQL database (and install psycopg2) to run")
+def test_workers_on_postgresql(tmp_path, fake_env):
+    """The same two-worker run pointed at a PostgreSQL storage URL."""
+    url = os.environ["VK_TEST_POSTGRES_URL"]
+    name = f"triton_splitkv|fake-cpu|L4096|T16|H8|ps64|bfloat16"
+    try:
+        optuna.delete_study(study_name=name, storage=url)
+    except KeyError:
+        pass
+    argv = [a if not a.startswith("sqlite:///") else url for a in _vk_tune(tmp_path, "--trials", "8", "--workers", "2")]
+    completed = subprocess.run(argv, env=fake_env, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert 8 <= len(optuna.load_study(study_name=name, storage=url).trials) <= 10
