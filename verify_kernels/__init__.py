@@ -4,6 +4,7 @@ Import cost is torch only: Triton and CuPy are imported by the variant that need
 """
 
 from .api import UnsupportedProblemError, verify_attention
+from .commit import commit_accepted
 from .contract import ProblemShape
 from .problem import VerifyProblem, make_problem
 from .reference import reference_attention
@@ -14,6 +15,7 @@ __all__ = [
     "ProblemShape",
     "UnsupportedProblemError",
     "VerifyProblem",
+    "commit_accepted",
     "make_problem",
     "reference_attention",
     "verify_attention",

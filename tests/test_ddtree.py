@@ -1,0 +1,69 @@
+"""DDTree builder against brute-force enumeration of the top-B prefixes; the greedy walk."""
+
+import itertools
+
+import pytest
+import torch
+
+from harness.ddtree import build_tree, walk
+from verify_kernels import trees
+
+
+def _draft(depth, ranks, seed):
+    generator = torch.Generator().manual_seed(seed)
+    logprobs = torch.log_softmax(torch.randn(depth, 50, generator=generator, dtype=torch.float64), -1)
+    top = torch.topk(logprobs, ranks, dim=-1)
+    return top.indices, top.values
+
+
+def _paths(tree):
+    parents, depths = tree.parents.tolist(), tree.depths.tolist()
+    result = []
+    for node in range(len(parents)):
+        path, current = [], node
+        while current > 0:
+            path.append(current)
+            current = parents[current]
+        result.append(tuple(tree.tokens[n].item() for n in reversed(path)))
+    return result
+
+
+@pytest.mark.parametrize("depth, ranks, budget", [(3, 3, 10), (4, 2, 16), (5, 4, 40), (2, 5, 31)])
+def test_builder_matches_brute_force_top_prefixes(depth, ranks, budget):
+    top_tokens, top_logprobs = _draft(depth, ranks, seed=depth * 10 + ranks)
+    tree = build_tree(7, top_tokens, top_logprobs, budget)
+    every = []
+    for length in range(1, depth + 1):
+        for choice in itertools.product(range(ranks), repeat=length):
+            score = sum(top_logprobs[d, r].item() for d, r in enumerate(choice))
+            every.append((score, tuple(top_tokens[d, r].item() for d, r in enumerate(choice))))
+    every.sort(key=lambda item: -item[0])
+    expected = {prefix for _, prefix in every[: budget - 1]} | {()}
+    assert set(_paths(tree)) == expected
+    assert len(tree.tokens) == min(budget, len(every) + 1)
+    trees.validate_parents(tree.parents)  # parents before children
+    trees.validate_tree_mask(tree.mask)
+    assert (tree.scores[1:] <= tree.scores[tree.parents[1:]] + 1e-12).all()
+
+
+def test_budget_one_is_the_root_alone():
+    top_tokens, top_logprobs = _draft(3, 2, seed=0)
+    tree = build_tree(5, top_tokens, top_logprobs, 1)
+    assert tree.tokens.tolist() == [5] and tree.parents.tolist() == [-1]
+    with pytest.raises(ValueError, match="budget: expected at least 1"):
+        build_tree(5, top_tokens, top_logprobs, 0)
+
+
+def test_walk_follows_matching_children_and_returns_the_bonus():
+    # root(9) -> a(1) -> c(3); root -> b(2)
+    tree = build_tree(9, torch.tensor([[1, 2], [3, 4]]), torch.tensor([[-0.1, -0.2], [-0.3, -5.0]]), 4)
+    tokens = tree.tokens.tolist()
+    node_of = {t: i for i, t in enumerate(tokens)}
+    target_next = torch.zeros(len(tokens), dtype=torch.long)
+    target_next[node_of[9]] = 1
+    target_next[node_of[1]] = 3
+    target_next[node_of[3]] = 42
+    accepted, bonus = walk(tree, target_next)
+    assert [tokens[n] for n in accepted] == [9, 1, 3] and bonus == 42
+    target_next[node_of[9]] = 77  # first pick matches no child
+    assert walk(tree, target_next) == ([0], 77)
