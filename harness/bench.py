@@ -35,18 +35,28 @@ class BenchPoint:
 
 
 def page_size_for(variant: str, requested: int) -> int:
-    """triton_ps1 only runs page_size 1; every other variant and peer runs the requested page size."""
-    return 1 if variant == "triton_ps1" else requested
+    """The requested page size, or the only one a variant runs (triton_ps1: 1). Peers take any."""
+    if variant in peers.PEERS:
+        return requested
+    supported = variants.load_variant(variant).PAGE_SIZES
+    return requested if requested in supported or len(supported) != 1 else supported[0]
+
+
+def _applies(variant: str, config: dict) -> bool:
+    """Whether a config override is meant for this variant (all its keys are the variant's tunables)."""
+    if variant in peers.PEERS:
+        return False
+    return set(config) <= set(variants.load_variant(variant).DEFAULT_CONFIG)
 
 
 def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[int], heads: list[int],
                  page_sizes: list[int], batch: int = 1, dtype: str = "bfloat16",
                  configs: list[dict] | None = None) -> list[BenchPoint]:
-    """Every combination; ``configs`` (overrides) apply to every variant but triton_ps1."""
+    """Every combination; each config override applies to the variants whose tunables it names."""
     points = []
     for length, nodes, head_count, page_size, variant, config in itertools.product(
             prefix_lens, tree_sizes, heads, page_sizes, variants, configs or [{}]):
-        config = {} if variant == "triton_ps1" else config
+        config = config if _applies(variant, config) else {}
         point = BenchPoint(variant, length, nodes, head_count, page_size_for(variant, page_size), batch, dtype,
                            config=tuple(sorted(config.items())))
         if point not in points:

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .environment import PACKAGE_ROOT, describe_environment, gpu_sku, source_hash
-from .search_space import Candidate, load_space, static_feasibility
+from .search_space import Candidate, kernel_source_hash, load_space, static_feasibility
 from .search_space import candidates as search_candidates
 
 TUNED_DIR = PACKAGE_ROOT / "results" / "tuned"
@@ -224,7 +224,7 @@ def winner_record(study, key: TuneKey) -> dict | None:
         "trials": len(study.trials), "measured": sum("duplicate_of" not in t.user_attrs and
                                                       t.state == optuna.trial.TrialState.COMPLETE for t in study.trials),
         "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials),
-        "source_hash": source_hash(), "torch": str(env["torch"]), "triton": env["triton"], "cupy": env["cupy"],
+        "kernel_source_hash": kernel_source_hash(key.variant), "source_hash": source_hash(), "torch": str(env["torch"]), "triton": env["triton"], "cupy": env["cupy"],
         "driver": env.get("driver"), "study": study.study_name,
     }
     return record
@@ -257,11 +257,14 @@ def neighbour_winners(path: Path, key: TuneKey) -> list[dict]:
 
 
 def check_winners(path: Path) -> list[str]:
-    """Stale records: those whose source hash no longer matches the code."""
+    """Stale records: those whose variant's kernel sources changed since they were measured."""
     import yaml
 
     if not path.exists():
         return [f"{path}: no tuned records"]
-    current = source_hash()
-    return [f"{name}: source hash {record['source_hash']} != current {current}"
-            for name, record in (yaml.safe_load(path.read_text()) or {}).items() if record["source_hash"] != current]
+    stale = []
+    for name, record in (yaml.safe_load(path.read_text()) or {}).items():
+        current = kernel_source_hash(record["variant"])
+        if record.get("kernel_source_hash") != current:
+            stale.append(f"{name}: kernel source hash {record.get('kernel_source_hash')} != current {current}")
+    return stale

@@ -4,6 +4,7 @@ import argparse
 
 import torch
 
+from harness.bench import page_size_for
 from verify_kernels import make_problem, verify_attention
 
 parser = argparse.ArgumentParser()
@@ -12,7 +13,7 @@ parser.add_argument("--prefix", type=int, default=131072)
 parser.add_argument("--tree", type=int, default=64)
 parser.add_argument("--heads", type=int, default=8)
 args = parser.parse_args()
-problem = make_problem(args.prefix, args.tree, args.heads, page_size=1 if args.variant == "triton_ps1" else 64,
+problem = make_problem(args.prefix, args.tree, args.heads, page_size=page_size_for(args.variant, 64),
                        device="cuda", seed=0)
 out = torch.empty(*problem.q.shape[:3], 512, dtype=problem.q.dtype, device="cuda")
 for _ in range(4):

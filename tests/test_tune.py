@@ -109,16 +109,17 @@ def test_infeasible_proposals_never_reach_the_worker(tmp_path, fake_env, monkeyp
 
 def test_winners_check_flags_stale_source(tmp_path):
     path = tmp_path / "w.yaml"
-    record = {"study": "s", "source_hash": "0" * 16, "variant": "triton_splitkv"}
+    record = {"study": "s", "kernel_source_hash": "0" * 16, "variant": "triton_splitkv"}
     tune.save_winner(record, path)
-    assert tune.check_winners(path) == [f"s: source hash {'0' * 16} != current {tune.source_hash()}"]
-    tune.save_winner({**record, "source_hash": tune.source_hash()}, path)
+    current = tune.kernel_source_hash("triton_splitkv")
+    assert tune.check_winners(path) == [f"s: kernel source hash {'0' * 16} != current {current}"]
+    tune.save_winner({**record, "kernel_source_hash": current}, path)
     assert tune.check_winners(path) == []
 
 
 def test_tuned_cli_check_exit_code(tmp_path):
     path = tmp_path / "w.yaml"
-    tune.save_winner({"study": "s", "source_hash": "stale", "variant": "x"}, path)
+    tune.save_winner({"study": "s", "kernel_source_hash": "stale", "variant": "triton_ps1"}, path)
     completed = subprocess.run([sys.executable, "-m", "harness", "tuned", "--check", "--file", str(path)],
                                capture_output=True, text=True)
     assert completed.returncode == 1 and "stale" in completed.stdout

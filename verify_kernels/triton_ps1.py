@@ -27,6 +27,7 @@ from .contract import ProblemShape
 
 # Runs on the CPU through the Triton interpreter (the CPU test suite).
 CPU_INTERPRETABLE = True
+PAGE_SIZES = (1,)
 # Page sizes `vk check` and the tests exercise for this variant.
 CHECK_PAGE_SIZES = (1,)
 # The stack's choice for 576-dim heads on sm_90.
@@ -121,7 +122,7 @@ def _ps1_verify_kernel(
 
 def unsupported_reason(shape: ProblemShape) -> str | None:
     """None if this variant runs ``shape``; otherwise why not."""
-    if shape.page_size != 1:
+    if shape.page_size not in PAGE_SIZES:
         return f"page_size must be 1 (token-granular pool), got {shape.page_size}"
     return triton_common.device_reason(shape) or triton_common.head_split_reason(shape)
 
