@@ -146,7 +146,10 @@ def cmd_static(args) -> int:
 
     names = [args.variant] if args.variant else [n for n in VARIANTS]
     if args.space:
-        return _static_space(names, args)
+        from .static_check import space_report
+
+        print(space_report(names, args.arch, args.json))
+        return 0
     rows = []
     for name in names:
         for arch in args.arch:
@@ -158,129 +161,10 @@ def cmd_static(args) -> int:
     return 0 if all(r["feasible"] for r in rows) else 1
 
 
-def _static_space(names: list[str], args) -> int:
-    """Every candidate of each variant's search space with its static figures or rejection."""
-    from tabulate import tabulate
-
-    from .search_space import SPACES_DIR, static_feasibility
-
-    rows, summary = [], []
-    for name in names:
-        if not (SPACES_DIR / f"{name}.yaml").exists():
-            continue
-        for arch in args.arch:
-            found = static_feasibility(name, arch, progress=not args.json)
-            feasible = [c for c in found if c.feasible]
-            summary.append((name, arch, len(found), len(feasible),
-                            sum((c.static.get("spill_store_bytes") or 0) > 0 for c in feasible)))
-            rows += [{"variant": name, "arch": arch, "config": c.config, "feasible": c.feasible, "reason": c.reason,
-                      **c.static} for c in found]
-    if args.json:
-        print(json.dumps(rows, indent=1, default=str))
-        return 0
-    table = [(r["variant"], r["arch"], ",".join(f"{k}={v}" for k, v in r["config"].items()), r.get("registers", "-"),
-              r.get("spill_store_bytes", "-"), f"{r['shared_bytes'] / 1024:.0f}" if r.get("shared_bytes") else "-",
-              r.get("blocks_per_sm", "-"), "yes" if r["feasible"] else "NO", r["reason"][:70]) for r in rows]
-    print(tabulate(table, headers=["variant", "arch", "config", "regs", "spill B", "smem KB", "blocks/SM",
-                                   "feasible", "reason"]))
-    print()
-    print(tabulate(summary, headers=["variant", "arch", "candidates", "feasible", "feasible with spills"]))
-    return 0
-
-
 def cmd_tune(args) -> int:
-    import torch
+    from .tune_run import run_tune
 
-    from verify_kernels.dispatch import l_bucket
-
-    from .tune import (DEFAULT_STORAGE, TuneKey, neighbour_winners, save_winner, tune_key, winner_record,
-                       winners_path)
-
-    fake = bool(os.environ.get("VK_TUNE_FAKE"))
-    if not torch.cuda.is_available() and not fake:
-        raise SystemExit("vk tune: needs a CUDA GPU (VK_TUNE_FAKE=1 runs the machinery with a fake cost)")
-    if args.workers > 1:
-        return _tune_workers(args)
-    arch = args.arch or ("sm_120" if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 12
-                         else "sm_90")
-    sku = args.gpu or gpu_sku_or_fake(fake)
-    storage = args.storage or DEFAULT_STORAGE
-    if storage.startswith("sqlite:///"):
-        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    path = args.winners or winners_path(sku)
-    rows = []
-    for variant in args.variants:
-        for length in args.prefix:
-            for nodes in args.tree:
-                for heads in args.heads:
-                    key = TuneKey(variant, sku, l_bucket(length), nodes, heads, args.page_size, args.dtype, length)
-                    study = tune_key(key, arch=arch, storage=storage, trials=args.trials, minutes=args.minutes,
-                                     seed=args.seed, warm_start=neighbour_winners(path, key),
-                                     timeout_s=args.trial_timeout, rep_ms=args.rep_ms, progress=not args.no_progress,
-                                     compile=not args.no_compile, exhaustive=args.exhaustive)
-                    if args.worker_only or args.exhaustive:
-                        continue
-                    record = winner_record(study, key)
-                    if record:
-                        save_winner(record, path)
-                        rows.append((variant, length, nodes, heads, f"{record['median_ms']:.4f}",
-                                     f"{record['default_median_ms']:.4f}" if record["default_median_ms"] else "-",
-                                     f"{record['speedup_over_default']:.2f}x" if record["speedup_over_default"] else "-",
-                                     record["measured"], record["failed"], json.dumps(record["config"])))
-    if rows:
-        from tabulate import tabulate
-
-        print(tabulate(rows, headers=["variant", "L", "T", "H", "best ms", "default ms", "speed-up", "measured",
-                                      "failed", "config"]))
-        print(f"\nwinners in {path}; storage {storage}")
-    return 0
-
-
-def gpu_sku_or_fake(fake: bool) -> str:
-    from .environment import gpu_sku
-
-    sku = gpu_sku()
-    return "fake-" + sku if fake else sku
-
-
-def _tune_workers(args) -> int:
-    """One `vk tune --worker-only` process per local GPU on the shared storage, then the winners."""
-    import subprocess
-
-    import torch
-
-    from .tune import DEFAULT_STORAGE, open_storage
-
-    storage = args.storage or DEFAULT_STORAGE
-    if storage.startswith("sqlite:///"):
-        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    open_storage(storage)  # create the schema once, before workers race to create it
-    gpus = max(1, torch.cuda.device_count())
-    argv = _without_option(sys.argv[1:], "--workers")
-    processes = []
-    for worker in range(args.workers):
-        # Each worker stops when the study holds --trials finished trials (MaxTrialsCallback).
-        extra = ["--worker-only", "--storage", storage, "--seed", str(args.seed + worker), "--no-progress"]
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(worker % gpus)}
-        processes.append(subprocess.Popen([sys.executable, "-m", "harness", *argv, *extra], env=env))
-    codes = [p.wait() for p in processes]
-    if any(codes):
-        raise SystemExit(f"vk tune: workers exited with {codes}")
-    final = [sys.executable, "-m", "harness", *argv, "--storage", storage, "--trials", "0"]
-    return subprocess.call(final)
-
-
-def _without_option(argv: list[str], option: str) -> list[str]:
-    """argv less ``option VALUE`` and ``option=VALUE``."""
-    result, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == option:
-            skip = True
-        elif not arg.startswith(option + "="):
-            result.append(arg)
-    return result
+    return run_tune(args, sys.argv[1:])
 
 
 def cmd_tuned(args) -> int:
