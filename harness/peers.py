@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from verify_kernels import trees
+from verify_kernels.paging import flat_slots
 
 
 class PeerUnavailable(RuntimeError):
@@ -28,11 +29,10 @@ class PeerUnavailable(RuntimeError):
 
 
 def _gather_positions(problem, request: int) -> torch.Tensor:
-    page_size = problem.page_size
+    """Flat slot ids of the request's rows, computed once (a serving stack keeps its indices)."""
     count = int(problem.prefix_lens[request]) + problem.q.shape[1]
     position = torch.arange(count, device=problem.q.device)
-    pages = problem.block_table[request].long()[position // page_size]
-    return pages * page_size + position % page_size  # flat slot ids
+    return flat_slots(problem.block_table[request], position, problem.page_size)
 
 
 def _visibility(problem, request: int) -> torch.Tensor:

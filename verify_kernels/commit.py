@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from .paging import flat_slots
+
 
 def commit_accepted(kv_cache: torch.Tensor, block_table: torch.Tensor, prefix_lens: torch.Tensor,
                     accepted: torch.Tensor, accepted_lens: torch.Tensor) -> torch.Tensor:
@@ -36,11 +38,7 @@ def commit_accepted(kv_cache: torch.Tensor, block_table: torch.Tensor, prefix_le
     source = torch.where(live, source, source[:, :1])  # dead entries repeat entry 0's copy
     target = torch.where(live, target, target[:, :1])
 
-    def slots(positions: torch.Tensor) -> torch.Tensor:
-        pages = torch.gather(block_table.to(torch.int64), 1, positions // page_size)
-        return (pages * page_size + positions % page_size).reshape(-1)
-
     flat = kv_cache.view(-1, kv_cache.shape[-1])
-    rows = flat.index_select(0, slots(source))
-    flat.index_copy_(0, slots(target), rows)
+    rows = flat.index_select(0, flat_slots(block_table, source, page_size).reshape(-1))
+    flat.index_copy_(0, flat_slots(block_table, target, page_size).reshape(-1), rows)
     return (prefix_lens + accepted_lens.to(prefix_lens.dtype)).to(prefix_lens.dtype)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import contract, trees
+from .paging import flat_slots
 
 # Score elements per chunk of query rows (float64): bounds the oracle's memory at ~1 GB.
 _SCORE_ELEMENTS_PER_CHUNK = 1 << 27
@@ -20,10 +21,8 @@ _SCORE_ELEMENTS_PER_CHUNK = 1 << 27
 
 def gather_request_rows(kv_cache: torch.Tensor, block_table_row: torch.Tensor, num_positions: int) -> torch.Tensor:
     """The request's KV rows at logical positions 0 .. num_positions-1: [num_positions, Dqk]."""
-    page_size = kv_cache.shape[1]
     position = torch.arange(num_positions, device=kv_cache.device)
-    page = block_table_row.to(torch.int64)[position // page_size]
-    return kv_cache[page, position % page_size]
+    return kv_cache.view(-1, kv_cache.shape[-1])[flat_slots(block_table_row, position, kv_cache.shape[1])]
 
 
 def reference_attention(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim=512,
