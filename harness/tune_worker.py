@@ -27,31 +27,21 @@ def fake_cost_ms(config: dict) -> float:
 
 
 def measure(job: dict) -> dict:
+    """The bench's own point runner: oracle check first, then the harness timer."""
     import torch
 
-    from verify_kernels import make_problem, reference_attention, verify_attention
+    from verify_kernels import make_problem, reference_attention
 
-    from .cases import TOLERANCE
-    from .timing import time_events
+    from .bench import BenchPoint, bench_point
 
-    problem = make_problem(job["prefix_len"], job["tree_nodes"], job["heads"], page_size=job["page_size"],
-                           dtype=getattr(torch, job["dtype"]), device="cuda", seed=job.get("seed", 0))
-    out = torch.full((*problem.q.shape[:3], problem.v_dim), float("nan"), dtype=problem.q.dtype, device="cuda")
-    verify_attention(*problem.arguments(), **problem.kwargs(), variant=job["variant"], config=job["config"], out=out)
-    torch.cuda.synchronize()
+    point = BenchPoint(job["variant"], job["prefix_len"], job["tree_nodes"], job["heads"], job["page_size"],
+                       dtype=job["dtype"], config=tuple(sorted(job["config"].items())))
+    problem = make_problem(point.prefix_len, point.tree_nodes, point.heads, page_size=point.page_size,
+                           dtype=getattr(torch, point.dtype), device="cuda", seed=job.get("seed", 0))
     reference = reference_attention(*problem.arguments(), **problem.kwargs())
-    rel_error = float((out.double() - reference.double()).norm() / reference.double().norm())
-    if not rel_error <= TOLERANCE[problem.q.dtype]:
-        return {"status": "wrong", "rel_error": rel_error, "reason": f"relative error {rel_error:.3g} vs the oracle"}
-    del reference
-
-    def call():
-        verify_attention(*problem.arguments(), **problem.kwargs(), variant=job["variant"], config=job["config"],
-                         out=out, validate=False)
-
-    timing = time_events(call, rep_ms=job.get("rep_ms", 100.0), read_state=False)
-    return {"status": "ok", "median_ms": timing.median_ms, "iqr_ms": timing.iqr_ms, "rel_error": rel_error,
-            "reps": timing.reps}
+    payload = bench_point(point, problem, reference, None, mode="events", rep_ms=job.get("rep_ms", 100.0))
+    return {key: payload[key] for key in ("status", "reason", "median_ms", "iqr_ms", "rel_error", "reps")
+            if key in payload}
 
 
 def run_job(job: dict) -> dict:
@@ -64,7 +54,7 @@ def run_job(job: dict) -> dict:
         return {"status": "ok", "median_ms": cost, "iqr_ms": cost / 100, "rel_error": 0.0, "reps": 1}
     try:
         return measure(job)
-    except Exception as error:  # compile and launch errors are results, not crashes
+    except Exception as error:  # problem set-up errors are results too, not crashes
         return {"status": "error", "reason": f"{type(error).__name__}: {str(error)[:400]}"}
 
 
