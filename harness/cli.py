@@ -190,9 +190,13 @@ def cmd_tuned(args) -> int:
 
 
 def cmd_tune_quality(args) -> int:
-    from .tune_quality import format_quality, trials_to_reach
+    from .tune_quality import format_quality, plot_quality, trials_to_reach
 
-    print(format_quality(trials_to_reach(args.storage, args.study, seeds=args.seeds, within=args.within)))
+    result = trials_to_reach(args.storage, args.study, seeds=args.seeds, within=args.within)
+    print(format_quality(result))
+    if args.plot:
+        plot_quality(result, args.plot)
+        print(f"figure: {args.plot}")
     return 0
 
 
@@ -278,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--heads", type=_int_list, default=[8])
     tune.add_argument("--page-size", type=int, default=64)
     tune.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
-    tune.add_argument("--trials", type=int, default=30, help="trials per study (total, counting earlier runs)")
+    tune.add_argument("--trials", type=int, default=30, help="configs measured per study, counting earlier runs (pruned proposals and duplicates are free)")
     tune.add_argument("--minutes", type=float, help="wall-clock budget per study")
     tune.add_argument("--storage", help=f"any Optuna storage URL (default {'sqlite:///results/tuned/optuna.db'})")
     tune.add_argument("--workers", type=int, default=1, help="worker processes, one per local GPU, shared storage")
@@ -307,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--study", required=True, help="a study holding an exhaustive measurement of one key")
     quality.add_argument("--seeds", type=int, default=5)
     quality.add_argument("--within", type=float, default=0.03)
+    quality.add_argument("--plot", help="write the best-so-far figure (PNG) here")
     quality.set_defaults(func=cmd_tune_quality)
 
     ceilings = sub.add_parser("ceilings", help="measure (or show cached) copy bandwidth and matmul rate")

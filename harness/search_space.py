@@ -86,6 +86,19 @@ def kernel_source_hash(variant: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def static_model_hash(variant: str) -> str:
+    """sha256 (first 16 hex) of the static model a variant is checked with: the occupancy rules
+    and its compiler front end (Triton's or nvcc's)."""
+    import hashlib
+
+    here = Path(__file__).parent
+    front_end = "static_triton.py" if hasattr(variants.load_variant(variant), "kernel_specs") else "static_nvcc.py"
+    digest = hashlib.sha256()
+    for name in ("static_model.py", front_end):
+        digest.update(name.encode() + (here / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _compile_key(config: dict) -> str:
     return json.dumps({k: v for k, v in sorted(config.items()) if k not in LAUNCH_ONLY})
 
@@ -93,8 +106,9 @@ def _compile_key(config: dict) -> str:
 def static_feasibility(variant: str, arch: str, progress: bool = True) -> list[Candidate]:
     """Candidates checked by the static model, compiled once per compile-relevant config.
 
-    Results are cached in results/static/<variant>-<arch>.json under the kernel source hash, so
-    the space compiles once per kernel change (and a killed run keeps what it compiled).
+    Results are cached in results/static/<variant>-<arch>.json under the kernel source hash and
+    the static model's own hash, so the space compiles once per kernel or model change (and a killed
+    run keeps what it compiled).
     """
     from tqdm import tqdm
 
@@ -102,9 +116,9 @@ def static_feasibility(variant: str, arch: str, progress: bool = True) -> list[C
 
     cache_path = STATIC_CACHE_DIR / f"{variant}-{arch}.json"
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    current = kernel_source_hash(variant)
-    if cache.get("kernel_source_hash") != current:
-        cache = {"kernel_source_hash": current, "rows": {}}
+    current = {"kernel_source_hash": kernel_source_hash(variant), "static_model_hash": static_model_hash(variant)}
+    if any(cache.get(name) != value for name, value in current.items()):
+        cache = {**current, "rows": {}}
     result = candidates(variant, arch)
     to_compile = sorted({_compile_key(c.config) for c in result if c.feasible} - set(cache["rows"]))
     for key in tqdm(to_compile, desc=f"static {variant} {arch}", unit="config", disable=not progress):

@@ -28,19 +28,35 @@ class TritonKernelSpec:
     num_warps: int
     num_stages: int
     float_args: tuple[str, ...] = ("sm_scale",)
+    # Representative run-time values of integer arguments. Triton's launcher specialises on them
+    # (1 becomes a constant, a multiple of 16 gets tt.divisibility, as do 16-byte aligned
+    # pointers), and that changes vector widths, pipelining and hence shared memory: compiling
+    # without them under-counts what the run-time kernel asks for.
+    int_values: dict[str, int] | None = None
 
     def signature(self) -> dict[str, str]:
         signature = {}
         for name in self.kernel.arg_names:
             if name in self.pointer_types:
                 signature[name] = self.pointer_types[name]
-            elif name in self.constexprs:
+            elif name in self.constexprs or (self.int_values or {}).get(name) == 1:
                 signature[name] = "constexpr"
             elif name in self.float_args:
                 signature[name] = "fp32"
             else:
                 signature[name] = "i32"
         return signature
+
+    def specialised_constexprs(self) -> dict[str, object]:
+        ones = {name: 1 for name, value in (self.int_values or {}).items() if value == 1}
+        return {**self.constexprs, **ones}
+
+    def divisibility_attrs(self) -> dict[tuple[int], list]:
+        """The tt.divisibility hints the launcher would give: aligned pointers, ints % 16 == 0."""
+        divisible = set(self.pointer_types)
+        divisible |= {name for name, value in (self.int_values or {}).items() if value % 16 == 0}
+        return {(index,): [["tt.divisibility", 16]] for index, name in enumerate(self.kernel.arg_names)
+                if name in divisible}
 
 
 def _ptxas(capability: int) -> str:
@@ -84,7 +100,8 @@ def compile_resources(spec: TritonKernelSpec, arch: str) -> ResourceUsage:
         raise ValueError(f"arch: expected one of {sorted(ARCH_CAPABILITY)}, got {arch!r}")
     if not isinstance(spec.kernel, triton.JITFunction):
         raise RuntimeError("cannot compile kernels decorated under TRITON_INTERPRET=1; run without it")
-    source = ASTSource(spec.kernel, spec.signature(), constexprs=dict(spec.constexprs))
+    source = ASTSource(spec.kernel, spec.signature(), constexprs=spec.specialised_constexprs(),
+                       attrs=spec.divisibility_attrs())
     compiled = triton.compile(source, target=GPUTarget("cuda", ARCH_CAPABILITY[arch], 32),
                               options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
     ptxas = _ptxas_report(compiled.asm["ptx"], ARCH_CAPABILITY[arch])

@@ -3,10 +3,12 @@
 - The sampler (TPE, seeded) proposes values per tunable; proposals the search space or the static
   model reject are pruned with their reason and never reach the GPU.
 - A config already measured in the study is not measured again: the trial takes the earlier value
-  and records ``duplicate_of``.
-- Every measured trial runs in a worker process (harness/tune_worker.py) that checks the config
-  against the oracle before timing it; a wrong answer, an error, a crash or a hang past the timeout
-  is a failed trial with its ``invalidity`` and the study goes on.
+  (or is pruned, when the earlier measurement failed) and records ``duplicate_of``. The budget
+  (``trials``) counts measured configs; pruned proposals and duplicates are free.
+- Every measured trial runs in a worker process (harness/tune_worker.py, kept alive across trials
+  by harness/trial_process.py) that checks the config against the oracle before timing it; a wrong
+  answer, an error, a crash or a hang past the timeout is a failed trial with its ``invalidity``,
+  the worker is replaced and the study goes on.
 - Storage is any Optuna URL; by default an SQLite file under results/tuned/. A killed run loses no
   completed trial: starting it again loads the study and continues.
 - The variant's default config is trial 0 of every study (the speed-up's baseline); the winner of
@@ -18,15 +20,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .environment import PACKAGE_ROOT, describe_environment, gpu_sku, source_hash
 from .search_space import Candidate, kernel_source_hash, load_space, static_feasibility
 from .search_space import candidates as search_candidates
+from .trial_process import TrialProcess
 
 TUNED_DIR = PACKAGE_ROOT / "results" / "tuned"
 DEFAULT_STORAGE = f"sqlite:///{TUNED_DIR / 'optuna.db'}"
@@ -57,22 +57,11 @@ def canonical(config: dict) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-def evaluate(key: TuneKey, config: dict, *, timeout_s: float, rep_ms: float) -> dict:
-    """Run one config in a worker process; crashes and timeouts become failed results."""
+def evaluate(key: TuneKey, config: dict, *, timeout_s: float, rep_ms: float, worker: TrialProcess) -> dict:
+    """Run one config in the worker process; crashes and timeouts become failed results."""
     job = {"variant": key.variant, "config": config, "prefix_len": key.prefix_len, "tree_nodes": key.tree_nodes,
            "heads": key.heads, "page_size": key.page_size, "dtype": key.dtype, "rep_ms": rep_ms}
-    try:
-        completed = subprocess.run([sys.executable, "-m", "harness.tune_worker"], input=json.dumps(job),
-                                   capture_output=True, text=True, timeout=timeout_s, cwd=PACKAGE_ROOT,
-                                   env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                       filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))})
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "reason": f"no answer within {timeout_s:.0f} s (hang)"}
-    lines = completed.stdout.strip().splitlines()
-    if completed.returncode != 0 or not lines:
-        tail = (completed.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        return {"status": "runtime", "reason": f"worker exited with code {completed.returncode}: {tail}"}
-    return json.loads(lines[-1])
+    return worker.run(job, timeout_s)
 
 
 def _same_config(study, config: dict, state, exclude: int | None = None):
@@ -108,7 +97,7 @@ def open_storage(url: str):
 
 
 def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], rejected: dict[str, str], *,
-                   timeout_s: float, rep_ms: float):
+                   timeout_s: float, rep_ms: float, worker: TrialProcess):
     import optuna
 
     names = list(space["tunables"])
@@ -124,6 +113,10 @@ def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], re
         if running is not None:  # another worker is measuring it right now
             trial.set_user_attr("duplicate_of", running.number)
             raise optuna.TrialPruned(f"duplicate of running trial {running.number}")
+        failed = _same_config(trial.study, config, optuna.trial.TrialState.FAIL)
+        if failed is not None and "invalidity" in failed.user_attrs:  # measured and failed: not again
+            trial.set_user_attr("duplicate_of", failed.number)
+            raise optuna.TrialPruned(f"failed before as trial {failed.number}: {failed.user_attrs['invalidity']}")
         earlier = _same_config(trial.study, config, optuna.trial.TrialState.COMPLETE)
         if earlier is not None:
             trial.set_user_attr("duplicate_of", earlier.number)
@@ -131,7 +124,7 @@ def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], re
                 if name in earlier.user_attrs:
                     trial.set_user_attr(name, earlier.user_attrs[name])
             return earlier.value
-        result = evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms)
+        result = evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker)
         for name, value in result.items():
             trial.set_user_attr(name, value)
         if result.get("status") != "ok":
@@ -191,20 +184,47 @@ def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minut
                 study.enqueue_trial(config, skip_if_exists=True)
     if exhaustive:
         trials = len(feasible)
-    done = len([t for t in study.trials if t.state.is_finished()])
-    remaining = None if trials is None else max(0, trials - done)
-    if remaining == 0:
+    budget = None if trials is None else min(trials, len(feasible))
+    stop = _StopAfterMeasured(budget, max_proposals=None if budget is None else PROPOSALS_PER_TRIAL * budget)
+    if stop.reached(study):
         return study
-    objective = make_objective(key, space, feasible, rejected, timeout_s=timeout_s, rep_ms=rep_ms)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # With several workers on one storage, each stops once the study holds `trials` trials that are
-    # finished or in flight (enqueued, still waiting ones do not count).
-    TrialState = optuna.trial.TrialState
-    counted = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
-    callbacks = [] if trials is None else [optuna.study.MaxTrialsCallback(trials, states=counted)]
-    study.optimize(objective, n_trials=remaining, timeout=None if minutes is None else 60 * minutes,
-                   catch=(TrialFailed,), callbacks=callbacks, show_progress_bar=progress)
+    with TrialProcess() as worker:
+        objective = make_objective(key, space, feasible, rejected, timeout_s=timeout_s, rep_ms=rep_ms,
+                                   worker=worker)
+        study.optimize(objective, n_trials=None if budget is None else stop.max_proposals,
+                       timeout=None if minutes is None else 60 * minutes, catch=(TrialFailed,), callbacks=[stop],
+                       show_progress_bar=progress)
     return study
+
+
+PROPOSALS_PER_TRIAL = 50  # bounds a run whose sampler keeps proposing infeasible or measured configs
+
+
+def measured_trials(study) -> int:
+    """Configs measured (or being measured) in the study: pruned proposals and duplicates are free."""
+    import optuna
+
+    TrialState = optuna.trial.TrialState
+    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
+                                                                    TrialState.RUNNING))
+               if "duplicate_of" not in t.user_attrs)
+
+
+class _StopAfterMeasured:
+    """Stops the study once it holds ``budget`` measured configs (with several workers on one
+    storage, in-flight trials count, so together they stop there too), or after ``max_proposals``."""
+
+    def __init__(self, budget: int | None, max_proposals: int | None):
+        self.budget, self.max_proposals = budget, max_proposals
+
+    def reached(self, study) -> bool:
+        return self.budget is not None and (measured_trials(study) >= self.budget
+                                            or len(study.trials) >= self.max_proposals)
+
+    def __call__(self, study, trial) -> None:
+        if self.reached(study):
+            study.stop()
 
 
 def winner_record(study, key: TuneKey) -> dict | None:

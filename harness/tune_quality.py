@@ -29,17 +29,19 @@ def measured_table(storage: str, study_name: str) -> tuple[dict[str, float], dic
     return table, values
 
 
-def replay(table: dict[str, float], values: dict[str, list], *, seed: int, within: float, max_trials: int) -> int:
-    """Measured trials until TPE (seeded) proposes a config within ``within`` of the table's best."""
+def replay(table: dict[str, float], values: dict[str, list], *, seed: int, within: float,
+           max_trials: int) -> list[float]:
+    """TPE (seeded) replayed against the table until it measures a config within ``within`` of
+    the best: the best value so far after each measured trial (its length is the trials needed)."""
     import optuna
 
     target = min(table.values()) * (1 + within)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
-    measured = 0
+    best_so_far: list[float] = []
     seen: dict[str, float] = {}
     for _ in range(50 * max_trials):  # proposals, pruned ones included: bounded
-        if measured >= max_trials:
+        if len(best_so_far) >= max_trials:
             break
         trial = study.ask()
         config = {name: trial.suggest_categorical(name, options) for name, options in values.items()}
@@ -48,20 +50,45 @@ def replay(table: dict[str, float], values: dict[str, list], *, seed: int, withi
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             continue
         if key not in seen:
-            measured += 1
             seen[key] = table[key]
+            best_so_far.append(min(table[key], best_so_far[-1]) if best_so_far else table[key])
         study.tell(trial, table[key])
         if table[key] <= target:
-            return measured
-    return measured
+            break
+    return best_so_far
 
 
 def trials_to_reach(storage: str, study_name: str, *, seeds: int = 5, within: float = 0.03) -> dict:
     table, values = measured_table(storage, study_name)
-    counts = [replay(table, values, seed=seed, within=within, max_trials=len(table)) for seed in range(seeds)]
+    curves = [replay(table, values, seed=seed, within=within, max_trials=len(table)) for seed in range(seeds)]
+    counts = [len(curve) for curve in curves]
     median = statistics.median(counts)
     return {"study": study_name, "space_size": len(table), "within": within, "trials_per_seed": counts,
-            "median_trials": median, "fraction_of_space": median / len(table)}
+            "median_trials": median, "fraction_of_space": median / len(table), "best_ms": min(table.values()),
+            "best_so_far_ms": curves}
+
+
+def plot_quality(result: dict, path) -> None:
+    """Best-so-far latency against measured trials, one line per seed, with the 3% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.4, 4))
+    best = result["best_ms"]
+    for seed, curve in enumerate(result["best_so_far_ms"]):
+        axis.step(range(1, len(curve) + 1), curve, where="post", label=f"seed {seed}")
+    axis.axhspan(best, best * (1 + result["within"]), color="green", alpha=0.15,
+                 label=f"within {100 * result['within']:.0f}% of the exhaustive best")
+    axis.axvline(0.25 * result["space_size"], color="grey", linestyle="--", label="25% of the space")
+    axis.set_xlabel(f"measured configs (space: {result['space_size']})")
+    axis.set_ylabel("best latency so far (ms)")
+    axis.set_title(f"TPE against exhaustive: median {result['median_trials']} trials", fontsize=10)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def format_quality(result: dict) -> str:

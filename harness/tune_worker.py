@@ -1,14 +1,17 @@
-"""One tuning trial in its own process: check a config against the oracle, then time it.
+"""Tuning trials in their own process: check a config against the oracle, then time it.
 
-    echo '{"variant": ..., "config": {...}, "prefix_len": ..., ...}' | python -m harness.tune_worker
+    echo '{"variant": ..., "config": {...}, "prefix_len": ..., ...}' | python -m harness.tune_worker [--serve]
 
-Prints one JSON line: {"status": "ok"|"wrong"|"error", "median_ms", "iqr_ms", "rel_error", "reason"}.
-A config that faults (illegal address, launch failure) or hangs kills only this process; the
-tuner records it as a failed trial and goes on.
+Prints one JSON line per job: {"status": "ok"|"wrong"|"error", "median_ms", "iqr_ms", "rel_error",
+"reason"}. With ``--serve`` it answers one job per input line until end of input, keeping the last
+problem and its oracle output (harness/trial_process.py drives it). A config that faults (illegal
+address, launch failure) or hangs kills only this process; the tuner records it as a failed trial,
+starts a fresh worker and goes on.
 
 For tests on machines without a GPU, VK_TUNE_FAKE=1 replaces the measurement by a deterministic
 cost of the config (VK_TUNE_FAKE_SLEEP seconds each), and VK_TUNE_FAULT='{"BLOCK_M": 16}' makes
-any config containing those values abort the process, as a faulting kernel would.
+any config containing those values abort the process, as a faulting kernel would
+(VK_TUNE_HANG likewise makes it sleep, as a deadlocked kernel would).
 """
 
 from __future__ import annotations
@@ -26,19 +29,30 @@ def fake_cost_ms(config: dict) -> float:
     return 1.0 + (zlib.crc32(key) % 1000) / 100.0
 
 
-def measure(job: dict) -> dict:
-    """The bench's own point runner: oracle check first, then the harness timer."""
+_problem_cache: dict = {}  # the last (shape -> (problem, oracle output)); a worker serves one key at a time
+
+
+def _problem_and_reference(point, seed: int):
     import torch
 
     from verify_kernels import make_problem, reference_attention
 
+    shape = (point.prefix_len, point.tree_nodes, point.heads, point.page_size, point.dtype, seed)
+    if shape not in _problem_cache:
+        _problem_cache.clear()
+        problem = make_problem(point.prefix_len, point.tree_nodes, point.heads, page_size=point.page_size,
+                               dtype=getattr(torch, point.dtype), device="cuda", seed=seed)
+        _problem_cache[shape] = (problem, reference_attention(*problem.arguments(), **problem.kwargs()))
+    return _problem_cache[shape]
+
+
+def measure(job: dict) -> dict:
+    """The bench's own point runner: oracle check first, then the harness timer."""
     from .bench import BenchPoint, bench_point
 
     point = BenchPoint(job["variant"], job["prefix_len"], job["tree_nodes"], job["heads"], job["page_size"],
                        dtype=job["dtype"], config=tuple(sorted(job["config"].items())))
-    problem = make_problem(point.prefix_len, point.tree_nodes, point.heads, page_size=point.page_size,
-                           dtype=getattr(torch, point.dtype), device="cuda", seed=job.get("seed", 0))
-    reference = reference_attention(*problem.arguments(), **problem.kwargs())
+    problem, reference = _problem_and_reference(point, job.get("seed", 0))
     payload = bench_point(point, problem, reference, None, mode="events", rep_ms=job.get("rep_ms", 100.0))
     return {key: payload[key] for key in ("status", "reason", "median_ms", "iqr_ms", "rel_error", "reps")
             if key in payload}
@@ -48,6 +62,9 @@ def run_job(job: dict) -> dict:
     fault = os.environ.get("VK_TUNE_FAULT")
     if fault and all(job["config"].get(k) == v for k, v in json.loads(fault).items()):
         os.abort()  # what a kernel fault does to the process
+    hang = os.environ.get("VK_TUNE_HANG")
+    if hang and all(job["config"].get(k) == v for k, v in json.loads(hang).items()):
+        time.sleep(3600)  # what a deadlocked kernel does
     if os.environ.get("VK_TUNE_FAKE"):
         time.sleep(float(os.environ.get("VK_TUNE_FAKE_SLEEP", "0")))
         cost = fake_cost_ms(job["config"])
@@ -59,8 +76,18 @@ def run_job(job: dict) -> dict:
 
 
 def main() -> int:
-    job = json.loads(sys.stdin.read())
-    print(json.dumps(run_job(job)), flush=True)
+    answers = sys.stdout
+    sys.stdout = sys.stderr  # only answers go to stdout: the driver reads one JSON line per job
+    if "--serve" not in sys.argv[1:]:
+        answers.write(json.dumps(run_job(json.loads(sys.stdin.read()))) + "\n")
+        return 0
+    for line in sys.stdin:
+        if line.strip():
+            result = run_job(json.loads(line))
+            answers.write(json.dumps(result) + "\n")
+            answers.flush()
+            if result.get("status") == "error":
+                return 0  # the driver starts a fresh worker: the CUDA context may be unusable
     return 0
 
 

@@ -68,16 +68,21 @@ def test_killed_run_resumes_without_losing_trials(tmp_path, fake_env):
     assert KEY.study_name in winners and "speedup_over_default" in winners
 
 
-def test_faulting_config_is_a_failed_trial_and_the_study_finishes(tmp_path, fake_env, monkeypatch):
-    monkeypatch.setenv("VK_TUNE_FAULT", json.dumps({"BLOCK_M": 16, "num_warps": 4}))
+@pytest.mark.parametrize("planted_fault, invalidity, reason", [
+    ("VK_TUNE_FAULT", "runtime", "exited with code"),   # the worker aborts, as on an illegal address
+    ("VK_TUNE_HANG", "timeout", "no answer within"),    # the worker sleeps, as a deadlocked kernel
+])
+def test_faulting_or_hanging_config_is_a_failed_trial_and_the_study_finishes(tmp_path, fake_env, monkeypatch,
+                                                                             planted_fault, invalidity, reason):
+    monkeypatch.setenv(planted_fault, json.dumps({"BLOCK_M": 16, "num_warps": 4}))
     storage = f"sqlite:///{tmp_path / 'fault.db'}"
     planted = {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "kv_splits": 0}
     study = tune.tune_key(KEY, arch="sm_120", storage=storage, trials=8, minutes=None, seed=1, warm_start=[planted],
-                          timeout_s=60, rep_ms=10, progress=False, compile=False)
+                          timeout_s=5, rep_ms=10, progress=False, compile=False)
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert failed and failed[0].params == planted
-    assert failed[0].user_attrs["invalidity"] == "runtime" and "exited with code" in failed[0].user_attrs["reason"]
-    assert len([t for t in study.trials if t.state.is_finished()]) == 8
+    assert failed[0].user_attrs["invalidity"] == invalidity and reason in failed[0].user_attrs["reason"]
+    assert tune.measured_trials(study) == 8  # the next trials ran in a fresh worker
     record = tune.winner_record(study, KEY)
     assert record["config"] != planted and record["failed"] >= 1
 
@@ -146,6 +151,11 @@ def test_tuning_quality_replay_on_a_known_table(tmp_path):
     assert result["space_size"] == 120 and len(result["trials_per_seed"]) == 5
     assert 1 <= result["median_trials"] <= 120
     assert "median" in tune_quality.format_quality(result)
+    for curve in result["best_so_far_ms"]:  # non-increasing, and it stops once within 3% of the best (1.0)
+        assert all(b <= a for a, b in zip(curve, curve[1:])) and curve[-1] <= 1.03
+        assert all(value > 1.03 for value in curve[:-1])
+    tune_quality.plot_quality(result, tmp_path / "quality.png")
+    assert (tmp_path / "quality.png").stat().st_size > 1000
 
 
 def test_exhaustive_study_measures_every_feasible_config_once(tmp_path, fake_env):
@@ -165,8 +175,9 @@ def test_workers_share_one_storage_and_stop_at_the_trial_budget(tmp_path, fake_e
     completed = subprocess.run(_vk_tune(tmp_path, "--trials", "10", "--workers", "2"), env=fake_env,
                                capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-2000:]
-    trials = _trials(f"sqlite:///{tmp_path / 'tune.db'}")
-    assert 10 <= len(trials) <= 12  # two workers may each start one trial as the budget is reached
+    study = optuna.load_study(study_name=KEY.study_name, storage=tune.open_storage(f"sqlite:///{tmp_path / 'tune.db'}"))
+    assert 10 <= tune.measured_trials(study) <= 12  # two workers may each start one as the budget is reached
+    trials = study.trials
     measured = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
     assert len({json.dumps(t.params, sort_keys=True) for t in measured}) == len(measured)
     assert KEY.study_name in (tmp_path / "winners.yaml").read_text()
@@ -178,8 +189,8 @@ def test_workers_on_journal_storage(tmp_path, fake_env):
     argv = [a if not a.startswith("sqlite:///") else journal for a in _vk_tune(tmp_path, "--trials", "8", "--workers", "2")]
     completed = subprocess.run(argv, env=fake_env, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-2000:]
-    trials = _trials(journal)
-    assert 8 <= len(trials) <= 10
+    study = optuna.load_study(study_name=KEY.study_name, storage=tune.open_storage(journal))
+    assert 8 <= tune.measured_trials(study) <= 10
     assert KEY.study_name in (tmp_path / "winners.yaml").read_text()
 
 
@@ -196,4 +207,17 @@ def test_workers_on_postgresql(tmp_path, fake_env):
     argv = [a if not a.startswith("sqlite:///") else url for a in _vk_tune(tmp_path, "--trials", "8", "--workers", "2")]
     completed = subprocess.run(argv, env=fake_env, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-2000:]
-    assert 8 <= len(optuna.load_study(study_name=name, storage=url).trials) <= 10
+    assert 8 <= tune.measured_trials(optuna.load_study(study_name=name, storage=url)) <= 10
+
+
+def test_one_worker_process_serves_many_trials(fake_env, monkeypatch):
+    from harness.trial_process import TrialProcess
+
+    job = {"variant": "triton_splitkv", "prefix_len": 4096, "tree_nodes": 16, "heads": 8, "page_size": 64,
+           "dtype": "bfloat16", "rep_ms": 1}
+    with TrialProcess() as worker:
+        answers = [worker.run({**job, "config": {"BLOCK_M": m}}, timeout_s=60) for m in (16, 32, 64)]
+        pid = worker._process.pid
+        assert worker.run({**job, "config": {"BLOCK_M": 128}}, timeout_s=60)["status"] == "ok"
+        assert worker._process.pid == pid
+    assert [a["median_ms"] for a in answers] == [fake_cost_ms({"BLOCK_M": m}) for m in (16, 32, 64)]

@@ -262,16 +262,26 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         )
 
 
-def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", head_dim: int = 576, v_dim: int = 512):
-    """What `vk static` compiles for ``config``: the main kernel (the combine is tiny)."""
+def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", head_dim: int = 576, v_dim: int = 512,
+                 tree_nodes: int = 64, heads: int = 8, table_pages: int = 2048):
+    """What `vk static` compiles for ``config``: the main kernel (the combine is tiny), specialised
+    on the integer arguments of a representative launch (B=1, T=64, H=8, a 128k-token table)."""
     from harness.static_triton import TritonKernelSpec
 
     pointer = f"*{dtype}"
+    kv_splits = max(2, config.get("kv_splits") or 2)
+    capacity = table_pages * page_size
+    split_len = -(-(-(-capacity // kv_splits)) // config["BLOCK_N"]) * config["BLOCK_N"]
+    rows = tree_nodes * heads
+    ints = {"stride_qb": rows * head_dim, "stride_qt": heads * head_dim, "stride_qh": head_dim,
+            "stride_table_b": table_pages, "stride_mask_b": tree_nodes * -(-tree_nodes // 32),
+            "stride_mask_t": -(-tree_nodes // 32), "stride_ob": rows * v_dim, "stride_ot": heads * v_dim,
+            "stride_oh": v_dim, "T": tree_nodes, "H": heads, "split_len": split_len}
     return [TritonKernelSpec(
         "splitkv_verify", _splitkv_verify_kernel,
         {"Q": pointer, "KV": pointer, "BlockTable": "*i32", "PrefixLens": "*i32", "TreeMask": "*i32",
          "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
         {"PAGE_SIZE": page_size, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_DV": v_dim,
-         "BLOCK_DROPE": head_dim - v_dim, "KV_SPLITS": max(2, config.get("kv_splits") or 2), "UPCAST_DOT": False},
-        config["num_warps"], config["num_stages"],
+         "BLOCK_DROPE": head_dim - v_dim, "KV_SPLITS": kv_splits, "UPCAST_DOT": False},
+        config["num_warps"], config["num_stages"], int_values=ints,
     )]
