@@ -5,6 +5,8 @@
     vk report    bench records -> markdown table and PNG plots
     vk static    compile offline for sm_90/sm_120: registers, spills, shared memory, occupancy
     vk ceilings  measure and cache this GPU's copy bandwidth and bf16 matmul rate
+    vk decode    the DDTree decode loop on an MLA model (Kimi-K2 shaped), per-phase step times
+    vk decode-report  decode records -> markdown table and plots
     vk env       the environment a record would carry
 """
 
@@ -200,6 +202,33 @@ def cmd_tune_quality(args) -> int:
     return 0
 
 
+def cmd_decode(args) -> int:
+    from .decode_run import format_decode_table, run_matrix
+    from .environment import command_line
+
+    records = run_matrix(args, command_line())
+    if args.json:
+        for record in records:
+            print(json.dumps({k: v for k, v in record.items() if k != "steps_detail"}))
+    else:
+        print(format_decode_table(records))
+        if args.out:
+            print(f"\nrecords appended to {args.out}")
+    failed = [r for r in records if r.get("status") == "error"]
+    diverged = [r for r in records if args.check_lossless and r.get("lossless") and not r["lossless"]["identical"]]
+    if args.check_lossless and args.device == "cpu" and diverged:
+        return 1  # in float32 on the CPU the tokens must be identical
+    return 1 if failed else 0
+
+
+def cmd_decode_report(args) -> int:
+    from .decode_report import write_decode_report
+
+    for path in write_decode_report(args.records, args.out_dir, args.name):
+        print(path)
+    return 0
+
+
 def cmd_ceilings(args) -> int:
     from .roofline import load_ceilings, measure_ceilings, save_ceilings
 
@@ -305,6 +334,40 @@ def build_parser() -> argparse.ArgumentParser:
     tuned.add_argument("--check", action="store_true")
     tuned.add_argument("--file", type=Path)
     tuned.set_defaults(func=cmd_tuned)
+
+    decode = sub.add_parser("decode", help="DDTree decode loop on an MLA model: step phases, tokens/s, lossless check")
+    decode.add_argument("--preset", default="tiny", help="tiny (CPU tests) or k2-tp8 (one GPU's slice of Kimi K2 at TP8)")
+    decode.add_argument("--context", type=_int_list, default=[0], help="random latent rows before the prompt (list)")
+    decode.add_argument("--budget", type=_int_list, default=[64], help="tree nodes per step, root included (list)")
+    decode.add_argument("--new-tokens", type=int, default=64)
+    decode.add_argument("--variants", "--variant", nargs="+",
+                        help="attention variants (auto, triton_ps1, ...; reference = the float64 oracle, the CPU "
+                             "default); triton_ps1 runs on a page_size=1 pool")
+    decode.add_argument("--drafter", choices=["oracle", "ngram"], default="oracle")
+    decode.add_argument("--block-size", type=int, default=16, help="drafted positions per step")
+    decode.add_argument("--temperature", type=float, default=0.0, help="> 0 samples the target at each node")
+    decode.add_argument("--check-lossless", action="store_true",
+                        help="compare with plain greedy decoding (CPU float32: must be identical)")
+    decode.add_argument("--greedy-variant", help="variant of the greedy reference run (default: the last of --variants)")
+    decode.add_argument("--prompt", type=_int_list, help="prompt token ids (default: --prompt-len random ids)")
+    decode.add_argument("--prompt-len", type=int, default=16)
+    decode.add_argument("--page-size", type=int, default=64)
+    decode.add_argument("--device", choices=["cpu", "cuda"])
+    decode.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],
+                        help="default: bfloat16 on the GPU, float32 on the CPU")
+    decode.add_argument("--weights", help="a safetensors file in DeepSeek-V3 tensor names (default: random, --seed)")
+    decode.add_argument("--seed", type=int, default=0)
+    decode.add_argument("--no-graphs", action="store_true", help="eager verify forward instead of CUDA graphs")
+    decode.add_argument("--out", type=Path, help="append JSONL records here")
+    decode.add_argument("--json", action="store_true")
+    decode.add_argument("--no-progress", action="store_true")
+    decode.set_defaults(func=cmd_decode)
+
+    decode_report = sub.add_parser("decode-report", help="decode records -> markdown table and plots")
+    decode_report.add_argument("records", type=Path, nargs="+", help="JSONL files written by vk decode --out")
+    decode_report.add_argument("--out-dir", type=Path, default=RESULTS / "decode")
+    decode_report.add_argument("--name", default="decode")
+    decode_report.set_defaults(func=cmd_decode_report)
 
     quality = sub.add_parser("tune-quality", help="trials TPE needs to reach the exhaustive best (replayed)")
     quality.add_argument("--storage", required=True)

@@ -54,7 +54,7 @@ def build_tree(root_token: int, top_tokens: torch.Tensor, top_logprobs: torch.Te
 
     def push(parent: int, depth: int, rank: int, parent_score: float) -> None:
         nonlocal counter
-        if depth <= depth_limit and rank < ranks:
+        if depth <= depth_limit and rank < ranks and logprobs[depth - 1][rank] > float("-inf"):
             score = parent_score + logprobs[depth - 1][rank]
             heapq.heappush(heap, (-score, counter, parent, depth, rank))
             counter += 1

@@ -50,11 +50,14 @@ class TrialProcess:
         except BrokenPipeError:
             pass  # it died on start-up; reported below
         line = self._read_line(timeout_s)
-        if line is None:
-            if process.poll() is None:
-                self.close()
-                return {"status": "timeout", "reason": f"no answer within {timeout_s:.0f} s (hang)"}
-            code = process.wait()
+        if line is None:  # no answer in time: a hang
+            self.close()
+            return {"status": "timeout", "reason": f"no answer within {timeout_s:.0f} s (hang)"}
+        if not line:  # end of output: the worker died (a fault aborts it)
+            try:
+                code = process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                code = None
             reason = f"worker exited with code {code}: {self._stderr_tail()}"
             self.close()
             return {"status": "runtime", "reason": reason}
@@ -64,15 +67,14 @@ class TrialProcess:
         return result
 
     def _read_line(self, timeout_s: float) -> str | None:
+        """The next answer line; "" at end of output; None when ``timeout_s`` passes first."""
         deadline = time.monotonic() + timeout_s
         with selectors.DefaultSelector() as selector:
             selector.register(self._process.stdout, selectors.EVENT_READ)
             while (left := deadline - time.monotonic()) > 0:
                 if selector.select(timeout=left):
                     line = self._process.stdout.readline()
-                    if not line:
-                        return None  # end of file: the worker died
-                    if line.startswith("{"):
+                    if not line or line.startswith("{"):
                         return line
         return None
 

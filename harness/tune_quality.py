@@ -70,25 +70,19 @@ def trials_to_reach(storage: str, study_name: str, *, seeds: int = 5, within: fl
 
 def plot_quality(result: dict, path) -> None:
     """Best-so-far latency against measured trials, one line per seed, with the 3% band."""
-    import matplotlib
+    from .figures import saved_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(6.4, 4))
     best = result["best_ms"]
-    for seed, curve in enumerate(result["best_so_far_ms"]):
-        axis.step(range(1, len(curve) + 1), curve, where="post", label=f"seed {seed}")
-    axis.axhspan(best, best * (1 + result["within"]), color="green", alpha=0.15,
-                 label=f"within {100 * result['within']:.0f}% of the exhaustive best")
-    axis.axvline(0.25 * result["space_size"], color="grey", linestyle="--", label="25% of the space")
-    axis.set_xlabel(f"measured configs (space: {result['space_size']})")
-    axis.set_ylabel("best latency so far (ms)")
-    axis.set_title(f"TPE against exhaustive: median {result['median_trials']} trials", fontsize=10)
-    axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    with saved_figure(path) as axis:
+        for seed, curve in enumerate(result["best_so_far_ms"]):
+            axis.step(range(1, len(curve) + 1), curve, where="post", label=f"seed {seed}")
+        axis.axhspan(best, best * (1 + result["within"]), color="green", alpha=0.15,
+                     label=f"within {100 * result['within']:.0f}% of the exhaustive best")
+        axis.axvline(0.25 * result["space_size"], color="grey", linestyle="--", label="25% of the space")
+        axis.set_xlabel(f"measured configs (space: {result['space_size']})")
+        axis.set_ylabel("best latency so far (ms)")
+        axis.set_title(f"TPE against exhaustive: median {result['median_trials']} trials", fontsize=10)
+        axis.legend(fontsize=8)
 
 
 def format_quality(result: dict) -> str:

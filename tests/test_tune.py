@@ -68,17 +68,18 @@ def test_killed_run_resumes_without_losing_trials(tmp_path, fake_env):
     assert KEY.study_name in winners and "speedup_over_default" in winners
 
 
-@pytest.mark.parametrize("planted_fault, invalidity, reason", [
-    ("VK_TUNE_FAULT", "runtime", "exited with code"),   # the worker aborts, as on an illegal address
-    ("VK_TUNE_HANG", "timeout", "no answer within"),    # the worker sleeps, as a deadlocked kernel
+@pytest.mark.parametrize("planted_fault, invalidity, reason, timeout_s", [
+    ("VK_TUNE_FAULT", "runtime", "exited with code", 120),  # the worker aborts, as on an illegal address
+    ("VK_TUNE_HANG", "timeout", "no answer within", 15),    # the worker sleeps, as a deadlocked kernel
 ])
 def test_faulting_or_hanging_config_is_a_failed_trial_and_the_study_finishes(tmp_path, fake_env, monkeypatch,
-                                                                             planted_fault, invalidity, reason):
+                                                                             planted_fault, invalidity, reason,
+                                                                             timeout_s):
     monkeypatch.setenv(planted_fault, json.dumps({"BLOCK_M": 16, "num_warps": 4}))
     storage = f"sqlite:///{tmp_path / 'fault.db'}"
     planted = {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "kv_splits": 0}
     study = tune.tune_key(KEY, arch="sm_120", storage=storage, trials=8, minutes=None, seed=1, warm_start=[planted],
-                          timeout_s=5, rep_ms=10, progress=False, compile=False)
+                          timeout_s=timeout_s, rep_ms=10, progress=False, compile=False)
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert failed and failed[0].params == planted
     assert failed[0].user_attrs["invalidity"] == invalidity and reason in failed[0].user_attrs["reason"]

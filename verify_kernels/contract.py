@@ -22,6 +22,8 @@ import torch
 from . import trees
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
+# The float64 oracle also takes float32 (the CPU decode loop's lossless check runs in float32).
+ORACLE_DTYPES = SUPPORTED_DTYPES + (torch.float32,)
 MAX_TREE_NODES = 1024
 MAX_HEADS = 128
 
@@ -74,7 +76,8 @@ def _expect_shape(name: str, value: torch.Tensor, expected: tuple[int, ...], lay
         raise ValueError(f"{name}: expected shape {expected} {layout}, got {tuple(value.shape)}")
 
 
-def check_arguments(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim) -> ProblemShape:
+def check_arguments(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim,
+                    dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES) -> ProblemShape:
     """Check shapes, dtypes and devices against the contract; return the problem's shape.
 
     Raises TypeError for a wrong type or dtype and ValueError for a wrong shape, device or range,
@@ -84,7 +87,7 @@ def check_arguments(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scal
                         ("prefix_lens", prefix_lens), ("tree_mask", tree_mask)):
         _expect_tensor(name, value)
     _expect_dim("q", q, 4, "[B, T, H, Dqk]")
-    _expect_dtype("q", q, SUPPORTED_DTYPES)
+    _expect_dtype("q", q, dtypes)
     batch, tree_nodes, heads, head_dim = q.shape
     device = q.device
     if batch < 1:

@@ -29,7 +29,7 @@ def reference_attention(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_
                         validate=True) -> torch.Tensor:
     """Tree-verify attention in float64; returns [B, T, H, v_dim] float32 on q's device."""
     shape = contract.check_arguments(q, kv_cache, block_table, prefix_lens, tree_mask,
-                                     sm_scale=sm_scale, v_dim=v_dim)
+                                     sm_scale=sm_scale, v_dim=v_dim, dtypes=contract.ORACLE_DTYPES)
     if validate:
         contract.check_values(block_table, prefix_lens, tree_mask, shape)
     num_nodes, heads = shape.tree_nodes, shape.heads

@@ -1,0 +1,226 @@
+"""Plain greedy decoding and the DDTree decode loop over one stream, with per-phase metrics.
+
+One DDTree step, with the root (the previous bonus token) not yet in the cache:
+  draft   the drafter's top-k for the next block        tree    best-first builder (ddtree.py)
+  mask    the tree's tokens, depths and ancestor mask into the bucket's static inputs
+  verify  one target forward over the tree (padded to the budget), graph-replayed on the GPU
+  walk    the target's pick at each node (greedy, or sampled at temperature > 0) along the tree
+  commit  the accepted path's rows moved to contiguous positions in every layer
+          (commit_accepted), pages past the new length returned to the allocator
+Phases are timed on the host with a device sync after each, so they add up to the step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from verify_kernels import commit_accepted
+
+from .ddtree import build_tree, walk
+from .drafters import Drafter
+from .target_runner import TargetRunner
+
+PHASES = ("draft", "tree", "mask", "verify", "walk", "commit")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _PhaseClock:
+    def __init__(self, device: torch.device):
+        self.device, self.times, self._last = device, {}, None
+
+    def start(self) -> None:
+        _sync(self.device)
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        _sync(self.device)
+        now = time.perf_counter()
+        self.times[phase] = (now - self._last) * 1e3
+        self._last = now
+
+
+@dataclass
+class StepRecord:
+    tree_nodes: int            # real nodes (the verify ran on the padded bucket)
+    new_tokens: int            # accepted drafted tokens + the bonus token
+    phases_ms: dict[str, float]
+
+    @property
+    def step_ms(self) -> float:
+        return sum(self.phases_ms.values())
+
+
+@dataclass
+class DecodeRun:
+    tokens: list[int]                       # new tokens, in order
+    steps: list[StepRecord] = field(default_factory=list)
+    seconds: float = 0.0
+    margins: list[float] = field(default_factory=list)  # greedy runs: top-1 minus top-2 logit per token
+    top_logits: list[float] = field(default_factory=list)  # greedy runs: the top-1 logit per token
+
+    def summary(self) -> dict:
+        steps = self.steps
+        phases = {p: _mean([s.phases_ms.get(p, 0.0) for s in steps]) for p in PHASES} if steps else {}
+        return {
+            "new_tokens": len(self.tokens), "steps": len(steps), "seconds": self.seconds,
+            "tokens_per_s": len(self.tokens) / self.seconds if self.seconds else None,
+            "mean_step_ms": _mean([s.step_ms for s in steps]) if steps else None,
+            "median_step_ms": _median([s.step_ms for s in steps]) if steps else None,
+            "mean_phase_ms": phases,
+            "mean_accepted": _mean([s.new_tokens for s in steps]) if steps else None,
+            "accepted_histogram": dict(sorted(Counter(s.new_tokens for s in steps).items())),
+        }
+
+    def step_dicts(self) -> list[dict]:
+        return [asdict(s) for s in self.steps]
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def prefill(runner: TargetRunner, tokens: list[int], *, chunk: int = 64) -> None:
+    """Write ``tokens`` into the cache after the current prefix, in chain-tree chunks through
+    the verify path (each chunk attends to the prefix and causally within itself)."""
+    cache = runner.cache
+    for start in range(0, len(tokens), chunk):
+        part = tokens[start:start + chunk]
+        cache.reserve(cache.prefix_len + len(part))
+        bucket = runner.load(part, list(range(-1, len(part) - 1)), list(range(len(part))), len(part))
+        runner.run(bucket)
+        cache.set_prefix_len(cache.prefix_len + len(part))
+
+
+def _restart(runner: TargetRunner, prefix_len: int) -> None:
+    runner.cache.set_prefix_len(prefix_len)
+    runner.cache.truncate(prefix_len)
+
+
+def greedy_decode(runner: TargetRunner, history: list[int], new_tokens: int) -> DecodeRun:
+    """Plain autoregressive greedy decoding: one node per forward. ``history``'s last token is the
+    pending root (not in the cache); the cache holds everything before it."""
+    cache = runner.cache
+    start_len = cache.prefix_len
+    run = DecodeRun(tokens=[])
+    root = history[-1]
+    cache.reserve(cache.prefix_len + 1)
+    runner.warm(1)
+    began = time.perf_counter()
+    for _ in range(new_tokens):
+        cache.reserve(cache.prefix_len + 1)
+        logits = runner.run(runner.load([root], [-1], [0], 1))[0].float()
+        top2 = torch.topk(logits, 2)
+        root = int(top2.indices[0])
+        run.margins.append(float(top2.values[0] - top2.values[1]))
+        run.top_logits.append(float(top2.values[0]))
+        run.tokens.append(root)
+        cache.set_prefix_len(cache.prefix_len + 1)
+    _sync(cache.pool.device)
+    run.seconds = time.perf_counter() - began
+    _restart(runner, start_len)
+    return run
+
+
+def _walk_sampled(tree, logits: torch.Tensor, temperature: float, generator: torch.Generator):
+    """Sample the target at each node along the tree: follow a matching child, else it is the bonus."""
+    children: dict[int, dict[int, int]] = {}
+    for node, parent in enumerate(tree.parents.tolist()):
+        if parent >= 0:
+            children.setdefault(parent, {}).setdefault(int(tree.tokens[node]), node)
+    accepted, current = [0], 0
+    while True:
+        probs = torch.softmax(logits[current].float().cpu() / temperature, dim=-1)
+        pick = int(torch.multinomial(probs, 1, generator=generator))
+        if pick not in children.get(current, {}):
+            return accepted, pick
+        current = children[current][pick]
+        accepted.append(current)
+
+
+def _commit(runner: TargetRunner, accepted: list[int]) -> None:
+    """commit_accepted over every layer at once: the pool viewed as [layers * pages, page, D] with
+    one block-table row per layer (page ids offset by layer * pages)."""
+    cache = runner.cache
+    layers, pages = cache.pool.shape[0], cache.pool.shape[1]
+    device = cache.pool.device
+    tables = cache.block_table + (torch.arange(layers, device=device, dtype=torch.int32) * pages)[:, None]
+    path = torch.tensor(accepted, dtype=torch.int32, device=device)[None].expand(layers, -1)
+    lens = torch.full((layers,), len(accepted), dtype=torch.int32, device=device)
+    commit_accepted(cache.pool.view(layers * pages, cache.page_size, -1), tables,
+                    cache.prefix_lens.expand(layers).contiguous(), path, lens)
+
+
+def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, drafter: Drafter, *, budget: int,
+                  block_size: int = 16, temperature: float = 0.0, seed: int = 0) -> DecodeRun:
+    """Decode ``new_tokens`` tokens with DDTree; the tree (budget nodes, root included) is padded
+    to ``budget`` so every verify replays the same graph."""
+    cache = runner.cache
+    device = cache.pool.device
+    start_len = cache.prefix_len
+    history = list(history)
+    run = DecodeRun(tokens=[])
+    generator = torch.Generator().manual_seed(seed)
+    clock = _PhaseClock(device)
+    cache.reserve(cache.prefix_len + budget)
+    runner.warm(budget)
+    began = time.perf_counter()
+    while len(run.tokens) < new_tokens:
+        clock.start()
+        draft = drafter.draft(history, block_size)
+        clock.lap("draft")
+        tree = build_tree(history[-1], draft.top_tokens, draft.top_logprobs, budget)
+        clock.lap("tree")
+        cache.reserve(cache.prefix_len + budget)
+        bucket = runner.load(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), budget)
+        clock.lap("mask")
+        logits = runner.run(bucket)
+        clock.lap("verify")
+        count = len(tree.tokens)
+        if temperature > 0:
+            accepted, bonus = _walk_sampled(tree, logits[:count], temperature, generator)
+        else:
+            accepted, bonus = walk(tree, logits[:count].argmax(dim=-1))
+        clock.lap("walk")
+        _commit(runner, accepted)
+        new_len = cache.prefix_len + len(accepted)
+        cache.set_prefix_len(new_len)
+        cache.truncate(new_len)
+        clock.lap("commit")
+        produced = [int(tree.tokens[node]) for node in accepted[1:]] + [bonus]
+        history.extend(produced)
+        run.tokens.extend(produced)
+        run.steps.append(StepRecord(count, len(produced), dict(clock.times)))
+    run.seconds = time.perf_counter() - began
+    run.tokens = run.tokens[:new_tokens]
+    _restart(runner, start_len)
+    return run
+
+
+def compare_tokens(candidate: list[int], greedy: DecodeRun) -> dict:
+    """Match of a decode against greedy decoding, and the greedy top-2 margin where they part."""
+    length = min(len(candidate), len(greedy.tokens))
+    diverged = next((i for i in range(length) if candidate[i] != greedy.tokens[i]), None)
+    result = {"compared": length, "identical": diverged is None, "first_divergence": diverged,
+              "matching_prefix": length if diverged is None else diverged}
+    if diverged is not None:
+        margins = greedy.margins[:length]
+        result["greedy_top2_margin_at_divergence"] = margins[diverged]
+        result["greedy_top1_logit_at_divergence"] = greedy.top_logits[diverged]
+        result["smallest_greedy_margin"] = min(margins)
+        # 0 = the smallest margin of the compared tokens: a near-tie is where bf16 noise decides
+        result["margin_rank_at_divergence"] = sorted(margins).index(margins[diverged])
+    return result

@@ -1,0 +1,207 @@
+"""``vk decode``: set up a model and its cache, decode with DDTree (and plain greedy decoding for
+the oracle drafter and the lossless check), and report the step, its phases and its floor.
+
+The floor of one step: the weights read once (``MLAConfig.matrix_params`` x element size over the
+measured copy bandwidth) plus the attention roofline floor of every layer at the step's prefix and
+tree size (harness/roofline.py), i.e. what a perfect memory- and tensor-bound step would cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .decode_loop import DecodeRun, compare_tokens, ddtree_decode, greedy_decode, prefill
+from .drafters import make_drafter
+from .kv_pool import PagedKVCache
+from .mla_model import PRESETS, MLAConfig, MLAModel, load_weights, random_weights
+from .target_runner import TargetRunner
+
+
+@dataclass
+class DecodeSetup:
+    """A model, its cache with the context and prompt in place, and the pending root."""
+
+    config: MLAConfig
+    model: MLAModel
+    cache: PagedKVCache
+    history: list[int]   # prompt tokens (the last one is the pending root)
+    start_len: int       # rows in the cache: context + prompt - 1
+
+
+def build_model(preset: str, *, seed: int, dtype: torch.dtype, device: str, weights_path: str | None = None) -> MLAModel:
+    if preset not in PRESETS:
+        raise ValueError(f"preset: expected one of {sorted(PRESETS)}, got {preset!r}")
+    config = PRESETS[preset]
+    weights = (load_weights(weights_path, config, dtype=dtype, device=device) if weights_path
+               else random_weights(config, seed=seed, dtype=dtype, device=device))
+    return MLAModel(config, weights)
+
+
+def make_prompt(config: MLAConfig, prompt: list[int] | None, prompt_len: int, seed: int) -> list[int]:
+    if prompt is None:
+        generator = torch.Generator().manual_seed(seed + 1)
+        prompt = torch.randint(0, config.vocab, (prompt_len,), generator=generator).tolist()
+    if not prompt or any(not 0 <= t < config.vocab for t in prompt):
+        raise ValueError(f"prompt: expected at least one token id in [0, {config.vocab}), got {prompt[:8]}")
+    return list(prompt)
+
+
+def build_setup(model: MLAModel, prompt: list[int], *, context: int, max_new: int, max_tree: int, page_size: int,
+                seed: int, prefill_variant: str = "auto") -> DecodeSetup:
+    """The cache for ``model`` with ``context`` random rows (seeded: the same rows for any page
+    size) and the prompt prefilled after them; the prompt's last token is the pending root."""
+    config = model.config
+    device, dtype = model.weights["embed"].device, model.weights["embed"].dtype
+    slack = 2 * page_size
+    cache = PagedKVCache.for_tokens(config.layers, context + len(prompt) + max_new + max_tree + slack, page_size,
+                                    config.latent_dim, dtype=dtype, device=device)
+    if context:
+        cache.fill_random_prefix(context, seed=seed + 2)
+    prefill(TargetRunner(model, cache, attention=prefill_variant, use_graphs=False), prompt[:-1])
+    return DecodeSetup(config, model, cache, list(prompt), cache.prefix_len)
+
+
+def floor_ms(config: MLAConfig, *, prefix_len: int, tree_nodes: int, element_bytes: int) -> dict | None:
+    from .roofline import load_ceilings, verify_work
+
+    ceilings = load_ceilings()
+    if ceilings is None:
+        return None
+    weights_ms = config.matrix_params() * element_bytes / (ceilings.copy_tbps * 1e12) * 1e3
+    attention_ms = config.layers * ceilings.floor_ms(verify_work([prefix_len], tree_nodes, config.heads))
+    return {"weights_ms": weights_ms, "attention_ms": attention_ms, "step_ms": weights_ms + attention_ms,
+            "ceilings_gpu": ceilings.gpu}
+
+
+def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: int, new_tokens: int,
+                block_size: int, temperature: float, seed: int, greedy: DecodeRun | None,
+                use_graphs: bool = True, measure_attention: bool = True) -> dict:
+    """One DDTree run with ``variant``; compared with ``greedy`` when given."""
+    runner = TargetRunner(setup.model, setup.cache, attention=variant, use_graphs=use_graphs)
+    reference = setup.history + greedy.tokens if greedy is not None else None
+    drafter = make_drafter(drafter_name, reference=reference, vocab=setup.config.vocab, seed=seed)
+    run = ddtree_decode(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size,
+                        temperature=temperature, seed=seed)
+    summary = run.summary()
+    result = {"variant": variant, "drafter": drafter_name, "budget": budget, "block_size": block_size,
+              "temperature": temperature, "graphs": runner.use_graphs, **summary, "steps_detail": run.step_dicts()}
+    if measure_attention:
+        setup.cache.reserve(setup.start_len + budget)
+        attention = runner.attention_ms(budget)
+        if attention is not None and summary["median_step_ms"]:
+            result["attention_ms_per_step"] = attention
+            result["attention_share"] = attention / summary["median_step_ms"]
+            result["verify_rest_ms"] = summary["mean_phase_ms"]["verify"] - attention
+        setup.cache.truncate(setup.start_len)
+    element = torch.tensor([], dtype=setup.cache.pool.dtype).element_size()
+    floor = floor_ms(setup.config, prefix_len=setup.start_len, tree_nodes=budget, element_bytes=element)
+    if floor is not None and summary["median_step_ms"]:
+        result["floor"] = floor
+        result["step_over_floor"] = summary["median_step_ms"] / floor["step_ms"]
+    if greedy is not None and temperature == 0:
+        result["lossless"] = compare_tokens(run.tokens, greedy)
+    result["tokens"] = run.tokens
+    return result
+
+
+def greedy_reference(setup: DecodeSetup, *, variant: str, new_tokens: int, use_graphs: bool = True) -> DecodeRun:
+    runner = TargetRunner(setup.model, setup.cache, attention=variant, use_graphs=use_graphs)
+    return greedy_decode(runner, setup.history, new_tokens)
+
+
+def page_size_for(variant: str, default: int) -> int:
+    """The page size a variant runs on: its own when it supports only one (triton_ps1: 1)."""
+    if variant in ("reference", "auto"):
+        return default
+    from verify_kernels import variants
+
+    sizes = getattr(variants.load_variant(variant), "PAGE_SIZES", None)
+    return default if not sizes or default in sizes else sizes[0]
+
+
+def run_matrix(args, command: str) -> list[dict]:
+    """Every (context, variant, budget) of the arguments: one model, one cache per context and page
+    size, one greedy reference per context; a record appended to ``args.out`` after each run."""
+    from tqdm import tqdm
+
+    from .records import append_records, make_record
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device == "cuda" else torch.float32)
+    variants_ = args.variants or (["auto"] if device == "cuda" else ["reference"])
+    if device == "cpu" and any(v != "reference" for v in variants_):
+        raise SystemExit("vk decode: on the CPU only --variants reference (the float64 oracle; the kernels "
+                         "are bf16/fp16 and GPU-only outside the interpreter)")
+    model = build_model(args.preset, seed=args.seed, dtype=dtype, device=device, weights_path=args.weights)
+    prompt = make_prompt(model.config, args.prompt, args.prompt_len, args.seed)
+    reference_variant = args.greedy_variant or variants_[-1]
+    need_greedy = args.check_lossless or args.drafter == "oracle"
+    results = []
+    jobs = [(c, v, b) for c in args.context for v in variants_ for b in args.budget]
+    progress = tqdm(total=len(jobs), desc="decode", unit="run", disable=args.no_progress)
+    for context in args.context:
+        setups: dict[int, DecodeSetup] = {}
+
+        def setup_for(page_size: int) -> DecodeSetup:
+            if page_size not in setups:
+                setups[page_size] = build_setup(model, prompt, context=context, max_new=args.new_tokens + 64,
+                                                max_tree=max(args.budget), page_size=page_size, seed=args.seed,
+                                                prefill_variant=reference_variant)
+            return setups[page_size]
+
+        greedy = None
+        if need_greedy:
+            setup = setup_for(page_size_for(reference_variant, args.page_size))
+            greedy = greedy_reference(setup, variant=reference_variant, new_tokens=args.new_tokens + args.block_size,
+                                      use_graphs=not args.no_graphs)
+        for variant in variants_:
+            setup = setup_for(page_size_for(variant, args.page_size))
+            for budget in args.budget:
+                payload = {"preset": args.preset, "context": context, "prompt_len": len(prompt),
+                           "page_size": setup.cache.page_size, "dtype": str(dtype).removeprefix("torch."),
+                           "device": device, "new_tokens_requested": args.new_tokens, "seed": args.seed}
+                if greedy is not None:
+                    payload["greedy"] = {"variant": reference_variant, "seconds": greedy.seconds,
+                                         "tokens_per_s": len(greedy.tokens) / greedy.seconds,
+                                         "ms_per_token": 1e3 * greedy.seconds / len(greedy.tokens)}
+                try:
+                    payload.update(decode_once(setup, variant=variant, drafter_name=args.drafter, budget=budget,
+                                               new_tokens=args.new_tokens, block_size=args.block_size,
+                                               temperature=args.temperature, seed=args.seed, greedy=greedy,
+                                               use_graphs=not args.no_graphs))
+                except Exception as error:  # a run that fails is a record too; the matrix goes on
+                    payload.update({"variant": variant, "budget": budget, "status": "error",
+                                    "reason": f"{type(error).__name__}: {str(error)[:500]}"})
+                record = make_record("decode", payload, command)
+                if args.out:
+                    append_records(args.out, [record])
+                results.append(record)
+                progress.update()
+        setups.clear()
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    progress.close()
+    return results
+
+
+def format_decode_table(records: list[dict]) -> str:
+    from tabulate import tabulate
+
+    rows = []
+    for r in records:
+        if r.get("status") == "error":
+            rows.append((r["context"], r["variant"], r["budget"], "error: " + r["reason"][:60]) + ("",) * 8)
+            continue
+        lossless = r.get("lossless")
+        match = ("-" if lossless is None else "identical" if lossless["identical"]
+                 else f"diverged at {lossless['first_divergence']} (margin {lossless['greedy_top2_margin_at_divergence']:.3f})")
+        phases = r["mean_phase_ms"]
+        rows.append((r["context"], r["variant"], r["budget"], f"{r['median_step_ms']:.2f}",
+                     f"{phases['verify']:.2f}", f"{r['attention_ms_per_step']:.2f}" if "attention_ms_per_step" in r else "-",
+                     f"{phases['draft'] + phases['tree'] + phases['mask']:.2f}", f"{phases['walk'] + phases['commit']:.2f}",
+                     f"{r['mean_accepted']:.2f}", f"{r['tokens_per_s']:.1f}",
+                     f"{r['step_over_floor']:.2f}x" if "step_over_floor" in r else "-", match))
+    return tabulate(rows, headers=["context", "variant", "budget", "step ms", "verify ms", "attn ms", "draft+tree+mask",
+                                   "walk+commit", "tokens/step", "tokens/s", "vs floor", "vs greedy"])

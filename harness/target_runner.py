@@ -1,0 +1,144 @@
+"""The target model's verify forward over a (padded) tree, bound to a paged KV cache and one
+attention variant, eager or replayed from a CUDA graph per tree-size bucket.
+
+A forward over T nodes (node 0 is the root, parents before children):
+- node i's latent row is written to position prefix_len + i of every layer (slots from the block
+  table, on the device), its RoPE position is prefix_len + depth(i);
+- every layer calls ``verify_attention`` (or, for ``attention="reference"``, the float64 oracle:
+  the CPU/fp32 path, since the kernels are bf16/fp16 only) with the tree's ancestor mask;
+- the logits of all T nodes come back.
+
+A tree with fewer nodes than its bucket is padded with leaves under the root (token 0); their rows
+are written past the real nodes and never committed, and their logits are ignored.
+
+CUDA graphs: the static inputs (tokens, depths, mask) live in the bucket; the block table and
+prefix lengths are the cache's own device tensors, updated in place between steps, so one capture
+per bucket serves every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from verify_kernels import reference_attention, verify_attention
+from verify_kernels import trees
+
+from .kv_pool import PagedKVCache
+from .mla_model import MLAModel
+
+
+@dataclass
+class _Bucket:
+    nodes: int
+    tokens: torch.Tensor   # [T] int64
+    depths: torch.Tensor   # [T] int64
+    mask: torch.Tensor     # [1, T, ceil(T/32)] int32
+    offsets: torch.Tensor  # [T] int64: 0..T-1
+    graph: torch.cuda.CUDAGraph | None = None
+    logits: torch.Tensor | None = None
+
+
+class TargetRunner:
+    def __init__(self, model: MLAModel, cache: PagedKVCache, *, attention: str = "auto", use_graphs: bool = True):
+        self.model, self.cache, self.attention = model, cache, attention
+        device = cache.pool.device
+        self.use_graphs = use_graphs and device.type == "cuda"
+        self._buckets: dict[int, _Bucket] = {}
+
+    def _bucket(self, nodes: int) -> _Bucket:
+        if nodes not in self._buckets:
+            device = self.cache.pool.device
+            self._buckets[nodes] = _Bucket(
+                nodes, torch.zeros(nodes, dtype=torch.int64, device=device),
+                torch.zeros(nodes, dtype=torch.int64, device=device),
+                trees.parents_to_mask(trees.chain_tree(nodes)).to(device),
+                torch.arange(nodes, dtype=torch.int64, device=device))
+        return self._buckets[nodes]
+
+    def attend(self, q: torch.Tensor, layer: int, mask: torch.Tensor) -> torch.Tensor:
+        cache = self.cache
+        arguments = (q, cache.layer(layer), cache.block_table, cache.prefix_lens, mask)
+        if self.attention == "reference":
+            return reference_attention(*arguments, sm_scale=self.model.config.sm_scale, validate=False).to(q.dtype)
+        return verify_attention(*arguments, sm_scale=self.model.config.sm_scale, variant=self.attention,
+                                validate=False)
+
+    def _forward(self, bucket: _Bucket) -> torch.Tensor:
+        cache = self.cache
+        base = cache.prefix_lens[0].to(torch.int64)
+        slots = cache.slots(base + bucket.offsets)
+        hidden = self.model.forward(
+            bucket.tokens, base + bucket.depths,
+            write_rows=lambda layer, rows: cache.write_rows(layer, slots, rows),
+            attention=lambda q, layer: self.attend(q, layer, bucket.mask))
+        return self.model.logits(hidden)
+
+    def load(self, tokens: list[int], parents: list[int], depths: list[int], bucket_nodes: int) -> _Bucket:
+        """Put a tree into the bucket's static inputs, padded to ``bucket_nodes``."""
+        count = len(tokens)
+        if not 1 <= count <= bucket_nodes:
+            raise ValueError(f"tree: expected 1..{bucket_nodes} nodes for this bucket, got {count}")
+        pad = bucket_nodes - count
+        bucket = self._bucket(bucket_nodes)
+        device = bucket.tokens.device
+        bucket.tokens.copy_(torch.tensor(tokens + [0] * pad, dtype=torch.int64), non_blocking=True)
+        bucket.depths.copy_(torch.tensor(depths + [1] * pad, dtype=torch.int64), non_blocking=True)
+        mask = trees.parents_to_mask(torch.tensor(parents + [0] * pad, dtype=torch.int64))
+        bucket.mask.copy_(mask.to(device=device, dtype=torch.int32), non_blocking=True)
+        return bucket
+
+    def run(self, bucket: _Bucket) -> torch.Tensor:
+        """Logits [T, vocab] of the loaded tree; pages for prefix_len + T must be reserved."""
+        if self.cache.capacity < self.cache.prefix_len + bucket.nodes:
+            raise RuntimeError(f"KV cache: {self.cache.prefix_len + bucket.nodes} rows needed, "
+                               f"{self.cache.capacity} reserved")
+        if not self.use_graphs:
+            return self._forward(bucket)
+        if bucket.graph is None:
+            self._capture(bucket)
+        bucket.graph.replay()
+        return bucket.logits
+
+    def _capture(self, bucket: _Bucket) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # compile and warm up outside capture, as PyTorch advises
+            for _ in range(2):
+                self._forward(bucket)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            bucket.logits = self._forward(bucket)
+        bucket.graph = graph
+
+    def warm(self, bucket_nodes: int) -> None:
+        """Compile (and on the GPU capture) the bucket before anything is timed; pages for
+        prefix_len + bucket_nodes must be reserved. Writes rows past the prefix only."""
+        self.run(self.load([0] * bucket_nodes, list(range(-1, bucket_nodes - 1)), list(range(bucket_nodes)),
+                           bucket_nodes))
+        _ = self.cache.pool.device.type == "cuda" and torch.cuda.synchronize()
+
+    def attention_ms(self, bucket_nodes: int) -> float | None:
+        """Median time of the attention calls of one forward (all layers) at this bucket size and
+        the current prefix length, from CUDA-graph replay with L2 flushed; None on the CPU."""
+        if self.cache.pool.device.type != "cuda" or self.attention == "reference":
+            return None
+        from .timing import time_graph
+
+        config = self.model.config
+        bucket = self._bucket(bucket_nodes)
+        generator = torch.Generator(device=self.cache.pool.device).manual_seed(0)
+        q = torch.randn(1, bucket_nodes, config.heads, config.latent_dim, generator=generator,
+                        device=self.cache.pool.device, dtype=self.cache.pool.dtype)
+        outs = [torch.empty(1, bucket_nodes, config.heads, config.kv_lora, device=q.device, dtype=q.dtype)
+                for _ in range(config.layers)]
+        cache = self.cache
+
+        def all_layers():
+            for layer in range(config.layers):
+                verify_attention(q, cache.layer(layer), cache.block_table, cache.prefix_lens, bucket.mask,
+                                 sm_scale=config.sm_scale, variant=self.attention, validate=False, out=outs[layer])
+
+        return time_graph(all_layers, calls_per_graph=1, replays=5, read_state=False).median_ms

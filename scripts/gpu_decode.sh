@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The end-to-end DDTree decode loop on the GPU host (issue 7), in one go:
+#   1. the gpu-marked decode tests (tiny preset: graph replay == eager, per variant);
+#   2. k2-tp8 at context 4k / 32k / 128k / 185k, budget 64, oracle drafter, triton_ps1 and auto
+#      (the tuned winner) in the same run, tokens compared with plain greedy decoding;
+#   3. the budget sweep 16..512 at 32k and 128k with auto.
+# Records (JSONL, one per run, appended as each run ends) go to $OUT; `vk decode-report` turns them
+# into the table and plots under results/decode/.
+# Usage (repository root): bash scripts/gpu_decode.sh [new tokens per run, default 48] [skip-tests]
+# Longest contexts first, so a run cut by its time limit loses the cheap rows.
+set -uo pipefail
+new=${1:-48}
+main_s=${MAIN_S:-300}; sweep_s=${SWEEP_S:-170}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+[ "${2:-}" = skip-tests ] || timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py 2>&1 \
+  | tail -n 4 | tee "$OUT/pytest-decode-gpu-$sku.txt"
+timeout "$main_s" python3 -m harness decode --preset k2-tp8 --context 185000,131072,32768,4096 --budget 64 \
+  --variants triton_ps1 auto --new-tokens "$new" --drafter oracle --check-lossless --no-progress \
+  --out "$OUT/decode-k2-tp8-$sku.jsonl" 2>&1 | grep -v "^\s*warnings.warn\|UserWarning" | tail -n 14
+timeout "$sweep_s" python3 -m harness decode --preset k2-tp8 --context 131072,32768 --budget 16,32,64,128,256,512 \
+  --variants auto --new-tokens "$new" --drafter oracle --check-lossless --no-progress \
+  --out "$OUT/decode-budget-k2-tp8-$sku.jsonl" 2>&1 | grep -v "^\s*warnings.warn\|UserWarning" | tail -n 16

@@ -1,0 +1,190 @@
+"""The end-to-end DDTree decode loop on the tiny MLA preset: lossless against greedy decoding
+(CPU, float32, attention through the float64 oracle), drafters, weights and the page allocator."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness.decode_loop import compare_tokens, ddtree_decode, greedy_decode
+from harness.decode_run import build_model, build_setup, decode_once, greedy_reference, make_prompt
+from harness.drafters import NgramDrafter, OracleDrafter
+from harness.kv_pool import PageAllocator, PagedKVCache
+from harness.mla_model import PRESETS, MLAModel, load_weights, random_weights, to_deepseek_tensors
+from harness.target_runner import TargetRunner
+
+from conftest import HAS_CUDA
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    return build_model("tiny", seed=3, dtype=torch.float32, device="cpu")
+
+
+def _setup(model, *, context, page_size, prompt_len=9, seed=3):
+    prompt = make_prompt(model.config, None, prompt_len, seed)
+    return build_setup(model, prompt, context=context, max_new=48, max_tree=40, page_size=page_size, seed=seed,
+                       prefill_variant="reference")
+
+
+@pytest.mark.parametrize("context, page_size", [(0, 1), (37, 16), (130, 64), (64, 64)])
+@pytest.mark.parametrize("drafter", ["oracle", "ngram"])
+def test_ddtree_tokens_identical_to_greedy_in_float32(tiny_model, context, page_size, drafter):
+    setup = _setup(tiny_model, context=context, page_size=page_size)
+    greedy = greedy_reference(setup, variant="reference", new_tokens=30 + 16)
+    result = decode_once(setup, variant="reference", drafter_name=drafter, budget=29, new_tokens=30, block_size=16,
+                         temperature=0.0, seed=0, greedy=greedy)
+    assert result["lossless"]["identical"], result["lossless"]
+    assert result["new_tokens"] == 30 and sum(s["new_tokens"] for s in result["steps_detail"]) >= 30
+    if drafter == "oracle":
+        assert result["mean_accepted"] > 1.5, "the oracle drafter's trees were never accepted"
+    # the cache is back at its starting length, with the pages past it returned
+    assert setup.cache.prefix_len == setup.start_len
+    assert len(setup.cache.pages) == -(-setup.start_len // page_size)
+
+
+def test_perfect_oracle_accepts_whole_blocks(tiny_model):
+    setup = _setup(tiny_model, context=20, page_size=16)
+    greedy = greedy_reference(setup, variant="reference", new_tokens=40)
+    drafter = OracleDrafter(setup.history + greedy.tokens, tiny_model.config.vocab, p_first=1.0, decay=1.0, seed=1)
+    run = ddtree_decode(TargetRunner(tiny_model, setup.cache, attention="reference"), setup.history, 24, drafter,
+                        budget=12, block_size=8)
+    assert [s.new_tokens for s in run.steps] == [9, 9, 9]  # 8 drafted + the bonus, every step
+    assert compare_tokens(run.tokens, greedy)["identical"]
+
+
+def test_oracle_ranks_the_true_token_first_at_the_calibrated_rate():
+    reference = list(range(1000, 3000))
+    drafter = OracleDrafter(reference, vocab=5000, p_first=0.7, decay=0.8, seed=0)
+    first = {1: 0, 4: 0}
+    trials = 600
+    for start in range(trials):
+        block = drafter.draft(reference[:start + 1], 4)
+        for depth in first:
+            first[depth] += int(block.top_tokens[depth - 1, 0]) == reference[start + depth]
+        assert torch.all(block.top_logprobs[:, 1:] <= block.top_logprobs[:, :-1])
+    assert abs(first[1] / trials - 0.7) < 0.06
+    assert abs(first[4] / trials - 0.7 * 0.8 ** 3) < 0.06
+
+
+def test_ngram_drafter_proposes_what_followed_the_suffix():
+    history = [5, 6, 7, 8, 9, 1, 2, 5, 6, 7]
+    block = NgramDrafter(max_n=3, top_k=2).draft(history, 4)
+    assert block.top_tokens[:, 0].tolist() == [8, 9, 1, 2]
+    assert NgramDrafter().draft([1, 2, 3], 4).top_tokens.shape[0] == 0  # no earlier occurrence: no draft
+
+
+def test_sampling_walk_is_seeded_and_stays_in_vocabulary(tiny_model):
+    setup = _setup(tiny_model, context=10, page_size=16)
+    drafter = NgramDrafter()
+    runs = [ddtree_decode(TargetRunner(tiny_model, setup.cache, attention="reference"), setup.history, 12, drafter,
+                          budget=16, temperature=0.8, seed=5) for _ in range(2)]
+    assert runs[0].tokens == runs[1].tokens
+    assert all(0 <= t < tiny_model.config.vocab for t in runs[0].tokens)
+
+
+def test_weights_round_trip_through_safetensors(tmp_path, tiny_model):
+    from safetensors.torch import save_file
+
+    config = PRESETS["tiny"]
+    path = tmp_path / "tiny.safetensors"
+    save_file(to_deepseek_tensors(config, tiny_model.weights), str(path))
+    loaded = MLAModel(config, load_weights(path, config, dtype=torch.float32, device="cpu"))
+    setups = [_setup(model, context=5, page_size=16) for model in (tiny_model, loaded)]
+    runs = [greedy_decode(TargetRunner(s.model, s.cache, attention="reference"), s.history, 6) for s in setups]
+    assert runs[0].tokens == runs[1].tokens and runs[0].margins == runs[1].margins
+    tensors = to_deepseek_tensors(config, random_weights(config, seed=9, dtype=torch.float32, device="cpu"))
+    tensors["model.layers.1.self_attn.kv_b_proj.weight"] = tensors["model.layers.1.self_attn.kv_b_proj.weight"][:-1]
+    save_file(tensors, str(path))
+    with pytest.raises(ValueError, match="kv_b_proj.weight: expected shape"):
+        load_weights(path, config, dtype=torch.float32, device="cpu")
+
+
+def test_page_allocator_and_cache_pages():
+    allocator = PageAllocator(4)
+    pages = allocator.allocate(3)
+    assert pages == [0, 1, 2] and allocator.free_pages == 1
+    with pytest.raises(MemoryError, match="2 more pages needed, 1 free of 4"):
+        allocator.allocate(2)
+    allocator.release(pages[1:])
+    assert allocator.free_pages == 3
+    cache = PagedKVCache(2, 8, 4, 576, dtype=torch.float32, device="cpu", max_pages=5)
+    cache.reserve(10)
+    assert cache.pages == [0, 1, 2] and cache.block_table[0, :3].tolist() == [0, 1, 2]
+    cache.truncate(5)
+    assert cache.pages == [0, 1] and cache.block_table[0].tolist() == [0, 1, 0, 0, 0]
+    with pytest.raises(MemoryError, match="block table holds 5"):
+        cache.reserve(21)
+    assert torch.isnan(cache.pool).all(), "unwritten rows must be NaN"
+
+
+def test_vk_decode_tiny_cpu_check_lossless(tmp_path):
+    out = tmp_path / "decode.jsonl"
+    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
+                                "--check-lossless", "--context", "50", "--budget", "24", "--new-tokens", "20",
+                                "--page-size", "16", "--no-progress", "--out", str(out)],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "identical" in completed.stdout
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["kind"] == "decode" and record["lossless"]["identical"] and "decode" in record["command"]
+    assert set(record["mean_phase_ms"]) == {"draft", "tree", "mask", "verify", "walk", "commit"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["triton_splitkv", "cuda_coalesced", "triton_ps1"])
+def test_gpu_graph_replay_matches_eager_decode(variant):
+    if variant == "cuda_coalesced":
+        pytest.importorskip("cupy")
+    from harness.decode_run import page_size_for
+
+    model = build_model("tiny", seed=3, dtype=torch.bfloat16, device="cuda")
+    prompt = make_prompt(model.config, None, 9, 3)
+    setup = build_setup(model, prompt, context=300, max_new=48, max_tree=40, page_size=page_size_for(variant, 64),
+                        seed=3, prefill_variant=variant)
+    greedy = greedy_reference(setup, variant=variant, new_tokens=40)
+    runs = [decode_once(setup, variant=variant, drafter_name="oracle", budget=32, new_tokens=24, block_size=16,
+                        temperature=0.0, seed=0, greedy=greedy, use_graphs=graphs) for graphs in (True, False)]
+    assert runs[0]["graphs"] and not runs[1]["graphs"]
+    assert runs[0]["tokens"] == runs[1]["tokens"]
+    lossless = runs[0]["lossless"]  # bf16: only a near-tie of the greedy run may differ
+    assert lossless["identical"] or lossless["greedy_top2_margin_at_divergence"] < 0.25, lossless
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU path")
+def test_cpu_refuses_kernel_variants():
+    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--device", "cpu", "--variants", "auto",
+                                "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert completed.returncode != 0 and "only --variants reference" in completed.stderr
+
+
+def test_compare_tokens_reports_the_margin_where_decodes_part():
+    from harness.decode_loop import DecodeRun
+
+    greedy = DecodeRun(tokens=[5, 6, 7, 8], margins=[2.0, 0.01, 0.5, 3.0], top_logits=[9.0, 8.0, 7.0, 6.0])
+    assert compare_tokens([5, 6, 7, 8, 9], greedy) == {"compared": 4, "identical": True, "first_divergence": None,
+                                                       "matching_prefix": 4}
+    parted = compare_tokens([5, 1, 7, 8], greedy)
+    assert parted["first_divergence"] == 1 and parted["greedy_top2_margin_at_divergence"] == 0.01
+    assert parted["margin_rank_at_divergence"] == 0 and parted["greedy_top1_logit_at_divergence"] == 8.0
+
+
+def test_decode_report_table_speedups_and_plots(tmp_path):
+    from harness.decode_report import speedups_over_baseline, write_decode_report
+    from harness.records import append_records
+
+    out = tmp_path / "decode.jsonl"
+    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
+                                "--context", "20,40", "--budget", "8,24", "--new-tokens", "12", "--page-size", "16",
+                                "--no-progress", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    baseline = {**records[0], "variant": "triton_ps1", "median_step_ms": 2 * records[0]["median_step_ms"]}
+    append_records(out, [baseline])
+    assert speedups_over_baseline(records + [baseline]) == {0: pytest.approx(2.0)}
+    written = write_decode_report([out], tmp_path / "report", "tiny")
+    text = written[0].read_text()
+    assert "2.0x faster than triton_ps1" in text and "best budget at context 20" in text
+    assert all(path.stat().st_size > 1000 for path in written[1:])
