@@ -146,9 +146,11 @@ def run_matrix(args, command: str) -> list[dict]:
 
         def setup_for(page_size: int) -> DecodeSetup:
             if page_size not in setups:
+                prefill_variant = (reference_variant if page_size_for(reference_variant, page_size) == page_size
+                                   else "auto")
                 setups[page_size] = build_setup(model, prompt, context=context, max_new=args.new_tokens + 64,
                                                 max_tree=max(args.budget), page_size=page_size, seed=args.seed,
-                                                prefill_variant=reference_variant)
+                                                prefill_variant=prefill_variant)
             return setups[page_size]
 
         greedy = None

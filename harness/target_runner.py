@@ -118,7 +118,8 @@ class TargetRunner:
         prefix_len + bucket_nodes must be reserved. Writes rows past the prefix only."""
         self.run(self.load([0] * bucket_nodes, list(range(-1, bucket_nodes - 1)), list(range(bucket_nodes)),
                            bucket_nodes))
-        _ = self.cache.pool.device.type == "cuda" and torch.cuda.synchronize()
+        if self.cache.pool.device.type == "cuda":
+            torch.cuda.synchronize()
 
     def attention_ms(self, bucket_nodes: int) -> float | None:
         """Median time of the attention calls of one forward (all layers) at this bucket size and

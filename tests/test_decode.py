@@ -188,3 +188,17 @@ def test_decode_report_table_speedups_and_plots(tmp_path):
     text = written[0].read_text()
     assert "2.0x faster than triton_ps1" in text and "best budget at context 20" in text
     assert all(path.stat().st_size > 1000 for path in written[1:])
+
+
+def test_vk_decode_fails_when_cpu_float32_tokens_differ(monkeypatch):
+    import harness.decode_run
+    from harness.cli import build_parser
+
+    diverged = {"device": "cpu", "dtype": "float32", "context": 0, "variant": "reference", "budget": 8,
+                "status": "error", "reason": "-", "lossless": {"identical": False}}
+    monkeypatch.setattr(harness.decode_run, "run_matrix", lambda args, command: [{**diverged, "status": "ok"}])
+    args = build_parser().parse_args(["decode", "--check-lossless", "--json"])
+    assert args.func(args) == 1
+    monkeypatch.setattr(harness.decode_run, "run_matrix",
+                        lambda args, command: [{**diverged, "status": "ok", "dtype": "bfloat16", "device": "cuda"}])
+    assert args.func(args) == 0  # bf16 on the GPU: reported, not failed
