@@ -89,3 +89,19 @@ def test_sm120_search_spaces_have_20_feasible_spill_free_configs():
     for variant, rows in feasible.items():
         assert len(rows) >= 20, f"{variant}: {len(rows)} feasible configs on sm_120"
         assert all(not r["spill_store_bytes"] and r["shared_bytes"] <= 99 * 1024 for r in rows), variant
+
+
+def test_triton_spec_specialises_like_the_launcher():
+    """Aligned pointers and ints divisible by 16 get tt.divisibility, an int equal to 1 becomes a
+    constant: without this the static compile under-counts shared memory (seen on the H200)."""
+    from types import SimpleNamespace
+
+    from harness.static_triton import TritonKernelSpec
+
+    kernel = SimpleNamespace(arg_names=["Q", "sm_scale", "stride_a", "stride_b", "one", "T", "BLOCK"])
+    spec = TritonKernelSpec("k", kernel, {"Q": "*bf16"}, {"BLOCK": 64}, 4, 1,
+                            int_values={"stride_a": 576, "stride_b": 8, "one": 1, "T": 33})
+    assert spec.signature() == {"Q": "*bf16", "sm_scale": "fp32", "stride_a": "i32", "stride_b": "i32",
+                                "one": "constexpr", "T": "i32", "BLOCK": "constexpr"}
+    assert spec.specialised_constexprs() == {"BLOCK": 64, "one": 1}
+    assert spec.divisibility_attrs() == {(0,): [["tt.divisibility", 16]], (2,): [["tt.divisibility", 16]]}

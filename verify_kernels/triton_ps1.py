@@ -147,15 +147,22 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     )
 
 
-def kernel_specs(config: dict, *, page_size: int = 1, dtype: str = "bf16", head_dim: int = 576, v_dim: int = 512):
-    """What `vk static` compiles for ``config``."""
+def kernel_specs(config: dict, *, page_size: int = 1, dtype: str = "bf16", head_dim: int = 576, v_dim: int = 512,
+                 tree_nodes: int = 64, heads: int = 8, table_slots: int = 131072):
+    """What `vk static` compiles for ``config``, specialised on the integer arguments of a
+    representative launch (B=1, T=64, H=8, a 128k-slot table), as the launcher would."""
     from harness.static_triton import TritonKernelSpec
 
     pointer = f"*{dtype}"
+    words = -(-tree_nodes // 32)
+    ints = {"stride_qb": tree_nodes * heads * head_dim, "stride_qt": heads * head_dim, "stride_qh": head_dim,
+            "stride_kv": head_dim, "stride_table_b": table_slots, "stride_mask_b": tree_nodes * words,
+            "stride_mask_t": words, "stride_ob": tree_nodes * heads * v_dim, "stride_ot": heads * v_dim,
+            "stride_oh": v_dim, "T": tree_nodes}
     return [TritonKernelSpec(
         "ps1_verify", _ps1_verify_kernel,
         {"Q": pointer, "KV": pointer, "BlockTable": "*i32", "PrefixLens": "*i32", "TreeMask": "*i32", "Out": pointer},
         {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_DV": v_dim,
          "BLOCK_DROPE": head_dim - v_dim, "UPCAST_DOT": False},
-        config["num_warps"], config["num_stages"],
+        config["num_warps"], config["num_stages"], int_values=ints,
     )]
