@@ -4,7 +4,8 @@ One DDTree step, with the root (the previous bonus token) not yet in the cache:
   draft   the drafter's top-k for the next block        tree    best-first builder (ddtree.py)
   mask    the tree's tokens, depths and ancestor mask into the bucket's static inputs
   verify  one target forward over the tree (padded to the budget), graph-replayed on the GPU
-  walk    the target's pick at each node (greedy, or sampled at temperature > 0) along the tree
+  walk    the target's pick at each node (greedy, or sampled at temperature > 0) along the tree;
+          the accepted nodes' final hidden states go to the next draft (``hidden=``)
   commit  the accepted path's rows moved to contiguous positions in every layer
           (commit_accepted), pages past the new length returned to the allocator
 Phases are timed on the host with a device sync after each, so they add up to the step.
@@ -178,9 +179,10 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
     cache.reserve(cache.prefix_len + budget)
     runner.warm(budget)
     began = time.perf_counter()
+    features = None  # the target's final hidden states at the last accepted path, for the drafter
     while len(run.tokens) < new_tokens:
         clock.start()
-        draft = drafter.draft(history, block_size)
+        draft = drafter.draft(history, block_size, hidden=features)
         clock.lap("draft")
         tree = build_tree(history[-1], draft.top_tokens, draft.top_logprobs, budget)
         clock.lap("tree")
@@ -195,6 +197,7 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
         else:
             accepted, bonus = walk(tree, logits[:count].argmax(dim=-1))
         clock.lap("walk")
+        features = bucket.hidden[torch.tensor(accepted, device=device)]
         _commit(runner, accepted)
         new_len = cache.prefix_len + len(accepted)
         cache.set_prefix_len(new_len)

@@ -4,8 +4,9 @@
 tokens and the pending root); the draft covers the ``block_size`` positions after it. A
 distribution is returned as its top-k (tokens and log-probabilities, ranks sorted), which is all
 the DDTree builder reads. A learned block-diffusion drafter conditioned on the target's hidden
-states fits the same interface: it gets ``hidden`` (the target's last hidden state at the root)
-through ``draft(..., hidden=...)``, which the two drafters here ignore.
+states fits the same interface: the loop passes ``hidden`` [A, hidden], the target's final hidden
+states at the previous step's accepted path (None on the first step), which the two drafters here
+ignore.
 
 - ``OracleDrafter``: controlled acceptance. It knows the target's greedy continuation (from a
   reference run) and ranks the true token first at depth d with probability p_d = p_1 * decay^(d-1);

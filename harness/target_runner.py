@@ -6,7 +6,8 @@ A forward over T nodes (node 0 is the root, parents before children):
   table, on the device), its RoPE position is prefix_len + depth(i);
 - every layer calls ``verify_attention`` (or, for ``attention="reference"``, the float64 oracle:
   the CPU/fp32 path, since the kernels are bf16/fp16 only) with the tree's ancestor mask;
-- the logits of all T nodes come back.
+- the logits of all T nodes come back; their final hidden states stay in the bucket (``hidden``),
+  for a drafter conditioned on the target's features.
 
 A tree with fewer nodes than its bucket is padded with leaves under the root (token 0); their rows
 are written past the real nodes and never committed, and their logits are ignored.
@@ -38,6 +39,7 @@ class _Bucket:
     offsets: torch.Tensor  # [T] int64: 0..T-1
     graph: torch.cuda.CUDAGraph | None = None
     logits: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None   # [T, hidden] final hidden states of the last run
 
 
 class TargetRunner:
@@ -65,7 +67,7 @@ class TargetRunner:
         return verify_attention(*arguments, sm_scale=self.model.config.sm_scale, variant=self.attention,
                                 validate=False)
 
-    def _forward(self, bucket: _Bucket) -> torch.Tensor:
+    def _forward(self, bucket: _Bucket) -> tuple[torch.Tensor, torch.Tensor]:
         cache = self.cache
         base = cache.prefix_lens[0].to(torch.int64)
         slots = cache.slots(base + bucket.offsets)
@@ -73,7 +75,7 @@ class TargetRunner:
             bucket.tokens, base + bucket.depths,
             write_rows=lambda layer, rows: cache.write_rows(layer, slots, rows),
             attention=lambda q, layer: self.attend(q, layer, bucket.mask))
-        return self.model.logits(hidden)
+        return hidden, self.model.logits(hidden)
 
     def load(self, tokens: list[int], parents: list[int], depths: list[int], bucket_nodes: int) -> _Bucket:
         """Put a tree into the bucket's static inputs, padded to ``bucket_nodes``."""
@@ -95,7 +97,8 @@ class TargetRunner:
             raise RuntimeError(f"KV cache: {self.cache.prefix_len + bucket.nodes} rows needed, "
                                f"{self.cache.capacity} reserved")
         if not self.use_graphs:
-            return self._forward(bucket)
+            bucket.hidden, bucket.logits = self._forward(bucket)
+            return bucket.logits
         if bucket.graph is None:
             self._capture(bucket)
         bucket.graph.replay()
@@ -110,7 +113,7 @@ class TargetRunner:
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            bucket.logits = self._forward(bucket)
+            bucket.hidden, bucket.logits = self._forward(bucket)
         bucket.graph = graph
 
     def warm(self, bucket_nodes: int) -> None:

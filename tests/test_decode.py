@@ -202,3 +202,23 @@ def test_vk_decode_fails_when_cpu_float32_tokens_differ(monkeypatch):
     monkeypatch.setattr(harness.decode_run, "run_matrix",
                         lambda args, command: [{**diverged, "status": "ok", "dtype": "bfloat16", "device": "cuda"}])
     assert args.func(args) == 0  # bf16 on the GPU: reported, not failed
+
+
+def test_drafter_gets_the_accepted_paths_hidden_states(tiny_model):
+    setup = _setup(tiny_model, context=12, page_size=16)
+    greedy = greedy_reference(setup, variant="reference", new_tokens=30)
+    oracle = OracleDrafter(setup.history + greedy.tokens, tiny_model.config.vocab, seed=2)
+    seen = []
+
+    class Recording:
+        name = "recording"
+
+        def draft(self, history, block_size, hidden=None):
+            seen.append(None if hidden is None else tuple(hidden.shape))
+            return oracle.draft(history, block_size)
+
+    run = ddtree_decode(TargetRunner(tiny_model, setup.cache, attention="reference"), setup.history, 20, Recording(),
+                        budget=16, block_size=8)
+    assert seen[0] is None and len(seen) == len(run.steps)
+    accepted = [s.new_tokens for s in run.steps]  # accepted path = root + drafted tokens = new tokens this step
+    assert seen[1:] == [(n, tiny_model.config.hidden) for n in accepted[:-1]]
