@@ -7,8 +7,8 @@ next rank at its last position) and its first child (rank 0 at the next position
 log-probabilities <= 0 a child never outscores its parent, so pop order puts parents before
 children: node i's parent has a smaller index, which is what the tree mask needs.
 
-Walk: follow the target's greedy pick through matching children; the first pick with no matching
-child is the bonus token.
+Walk: follow the target's pick (greedy, or sampled at temperature > 0) through matching children;
+the first pick with no matching child is the bonus token.
 """
 
 from __future__ import annotations
@@ -73,19 +73,32 @@ def build_tree(root_token: int, top_tokens: torch.Tensor, top_logprobs: torch.Te
                      torch.tensor(scores, dtype=torch.float64))
 
 
-def walk(tree: DraftTree, target_next: torch.Tensor) -> tuple[list[int], int]:
-    """(accepted nodes from the root, bonus token) under the target's greedy picks.
-
-    target_next [T]: the target's next token after each node.
-    """
-    picks = target_next.cpu().tolist()
+def walk_with(tree: DraftTree, pick) -> tuple[list[int], int]:
+    """(accepted nodes from the root, bonus token) when the target's choice at node i is
+    ``pick(i)``: follow the child holding that token; the first choice with no such child is the bonus."""
     tokens = tree.tokens.tolist()
     children: dict[int, dict[int, int]] = {}
     for node, parent in enumerate(tree.parents.tolist()):
         if parent >= 0:
             children.setdefault(parent, {}).setdefault(tokens[node], node)
     accepted, current = [0], 0
-    while picks[current] in children.get(current, {}):
-        current = children[current][picks[current]]
+    while (choice := pick(current)) in children.get(current, {}):
+        current = children[current][choice]
         accepted.append(current)
-    return accepted, picks[current]
+    return accepted, choice
+
+
+def walk(tree: DraftTree, target_next: torch.Tensor) -> tuple[list[int], int]:
+    """Greedy walk. target_next [T]: the target's next token after each node."""
+    picks = target_next.cpu().tolist()
+    return walk_with(tree, picks.__getitem__)
+
+
+def walk_sampled(tree: DraftTree, logits: torch.Tensor, temperature: float,
+                 generator: torch.Generator) -> tuple[list[int], int]:
+    """Lossless sampling walk: the target sampled at temperature at each node reached (logits [T, V])."""
+    def sample(node: int) -> int:
+        probs = torch.softmax(logits[node].float().cpu() / temperature, dim=-1)
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    return walk_with(tree, sample)

@@ -13,6 +13,7 @@ Phases are timed on the host with a device sync after each, so they add up to th
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -21,7 +22,7 @@ import torch
 
 from verify_kernels import commit_accepted
 
-from .ddtree import build_tree, walk
+from .ddtree import build_tree, walk, walk_sampled
 from .drafters import Drafter
 from .target_runner import TargetRunner
 
@@ -69,29 +70,19 @@ class DecodeRun:
 
     def summary(self) -> dict:
         steps = self.steps
-        phases = {p: _mean([s.phases_ms.get(p, 0.0) for s in steps]) for p in PHASES} if steps else {}
+        phases = {p: statistics.mean([s.phases_ms.get(p, 0.0) for s in steps]) for p in PHASES} if steps else {}
         return {
             "new_tokens": len(self.tokens), "steps": len(steps), "seconds": self.seconds,
             "tokens_per_s": len(self.tokens) / self.seconds if self.seconds else None,
-            "mean_step_ms": _mean([s.step_ms for s in steps]) if steps else None,
-            "median_step_ms": _median([s.step_ms for s in steps]) if steps else None,
+            "mean_step_ms": statistics.mean([s.step_ms for s in steps]) if steps else None,
+            "median_step_ms": statistics.median([s.step_ms for s in steps]) if steps else None,
             "mean_phase_ms": phases,
-            "mean_accepted": _mean([s.new_tokens for s in steps]) if steps else None,
+            "mean_accepted": statistics.mean([s.new_tokens for s in steps]) if steps else None,
             "accepted_histogram": dict(sorted(Counter(s.new_tokens for s in steps).items())),
         }
 
     def step_dicts(self) -> list[dict]:
         return [asdict(s) for s in self.steps]
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def prefill(runner: TargetRunner, tokens: list[int], *, chunk: int = 64) -> None:
@@ -136,33 +127,15 @@ def greedy_decode(runner: TargetRunner, history: list[int], new_tokens: int) -> 
     return run
 
 
-def _walk_sampled(tree, logits: torch.Tensor, temperature: float, generator: torch.Generator):
-    """Sample the target at each node along the tree: follow a matching child, else it is the bonus."""
-    children: dict[int, dict[int, int]] = {}
-    for node, parent in enumerate(tree.parents.tolist()):
-        if parent >= 0:
-            children.setdefault(parent, {}).setdefault(int(tree.tokens[node]), node)
-    accepted, current = [0], 0
-    while True:
-        probs = torch.softmax(logits[current].float().cpu() / temperature, dim=-1)
-        pick = int(torch.multinomial(probs, 1, generator=generator))
-        if pick not in children.get(current, {}):
-            return accepted, pick
-        current = children[current][pick]
-        accepted.append(current)
-
-
-def _commit(runner: TargetRunner, accepted: list[int]) -> None:
+def _commit(runner: TargetRunner, path: torch.Tensor, layer_offsets: torch.Tensor) -> None:
     """commit_accepted over every layer at once: the pool viewed as [layers * pages, page, D] with
-    one block-table row per layer (page ids offset by layer * pages)."""
+    one block-table row per layer (page ids offset by ``layer_offsets`` [layers, 1] = layer * pages).
+    ``path`` [A] int32: the accepted nodes on the device."""
     cache = runner.cache
-    layers, pages = cache.pool.shape[0], cache.pool.shape[1]
-    device = cache.pool.device
-    tables = cache.block_table + (torch.arange(layers, device=device, dtype=torch.int32) * pages)[:, None]
-    path = torch.tensor(accepted, dtype=torch.int32, device=device)[None].expand(layers, -1)
-    lens = torch.full((layers,), len(accepted), dtype=torch.int32, device=device)
-    commit_accepted(cache.pool.view(layers * pages, cache.page_size, -1), tables,
-                    cache.prefix_lens.expand(layers).contiguous(), path, lens)
+    layers = cache.pool.shape[0]
+    lens = torch.full((layers,), path.shape[0], dtype=torch.int32, device=path.device)
+    commit_accepted(cache.pool.view(-1, cache.page_size, cache.pool.shape[-1]), cache.block_table + layer_offsets,
+                    cache.prefix_lens.expand(layers).contiguous(), path[None].expand(layers, -1), lens)
 
 
 def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, drafter: Drafter, *, budget: int,
@@ -176,6 +149,8 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
     run = DecodeRun(tokens=[])
     generator = torch.Generator().manual_seed(seed)
     clock = _PhaseClock(device)
+    layers, pages = cache.pool.shape[:2]
+    layer_offsets = (torch.arange(layers, device=device, dtype=torch.int32) * pages)[:, None]
     cache.reserve(cache.prefix_len + budget)
     runner.warm(budget)
     began = time.perf_counter()
@@ -193,12 +168,13 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
         clock.lap("verify")
         count = len(tree.tokens)
         if temperature > 0:
-            accepted, bonus = _walk_sampled(tree, logits[:count], temperature, generator)
+            accepted, bonus = walk_sampled(tree, logits[:count], temperature, generator)
         else:
             accepted, bonus = walk(tree, logits[:count].argmax(dim=-1))
         clock.lap("walk")
-        features = bucket.hidden[torch.tensor(accepted, device=device)]
-        _commit(runner, accepted)
+        path = torch.tensor(accepted, dtype=torch.int32, device=device)
+        features = bucket.hidden[path]
+        _commit(runner, path, layer_offsets)
         new_len = cache.prefix_len + len(accepted)
         cache.set_prefix_len(new_len)
         cache.truncate(new_len)

@@ -112,13 +112,11 @@ def greedy_reference(setup: DecodeSetup, *, variant: str, new_tokens: int, use_g
 
 
 def page_size_for(variant: str, default: int) -> int:
-    """The page size a variant runs on: its own when it supports only one (triton_ps1: 1)."""
-    if variant in ("reference", "auto"):
-        return default
-    from verify_kernels import variants
+    """The page size a variant runs on (the bench's rule: triton_ps1 only 1); "reference" (the
+    oracle) and "auto" take any."""
+    from .bench import page_size_for as kernel_page_size
 
-    sizes = getattr(variants.load_variant(variant), "PAGE_SIZES", None)
-    return default if not sizes or default in sizes else sizes[0]
+    return default if variant in ("reference", "auto") else kernel_page_size(variant, default)
 
 
 def run_matrix(args, command: str) -> list[dict]:

@@ -59,13 +59,13 @@ class TargetRunner:
                 torch.arange(nodes, dtype=torch.int64, device=device))
         return self._buckets[nodes]
 
-    def attend(self, q: torch.Tensor, layer: int, mask: torch.Tensor) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, layer: int, mask: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         cache = self.cache
         arguments = (q, cache.layer(layer), cache.block_table, cache.prefix_lens, mask)
         if self.attention == "reference":
             return reference_attention(*arguments, sm_scale=self.model.config.sm_scale, validate=False).to(q.dtype)
         return verify_attention(*arguments, sm_scale=self.model.config.sm_scale, variant=self.attention,
-                                validate=False)
+                                validate=False, out=out)
 
     def _forward(self, bucket: _Bucket) -> tuple[torch.Tensor, torch.Tensor]:
         cache = self.cache
@@ -138,11 +138,9 @@ class TargetRunner:
                         device=self.cache.pool.device, dtype=self.cache.pool.dtype)
         outs = [torch.empty(1, bucket_nodes, config.heads, config.kv_lora, device=q.device, dtype=q.dtype)
                 for _ in range(config.layers)]
-        cache = self.cache
 
         def all_layers():
             for layer in range(config.layers):
-                verify_attention(q, cache.layer(layer), cache.block_table, cache.prefix_lens, bucket.mask,
-                                 sm_scale=config.sm_scale, variant=self.attention, validate=False, out=outs[layer])
+                self.attend(q, layer, bucket.mask, out=outs[layer])
 
         return time_graph(all_layers, calls_per_graph=1, replays=5, read_state=False).median_ms

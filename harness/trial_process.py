@@ -29,7 +29,7 @@ class TrialProcess:
     def _start(self) -> None:
         self._stderr = tempfile.TemporaryFile(mode="w+")
         path = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))
-        self._process = subprocess.Popen([sys.executable, "-m", "harness.tune_worker", "--serve"],
+        self._process = subprocess.Popen([sys.executable, "-m", "harness.tune_worker"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                          text=True, cwd=PACKAGE_ROOT, env={**os.environ, "PYTHONPATH": path})
 

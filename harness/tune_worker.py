@@ -1,10 +1,10 @@
 """Tuning trials in their own process: check a config against the oracle, then time it.
 
-    echo '{"variant": ..., "config": {...}, "prefix_len": ..., ...}' | python -m harness.tune_worker [--serve]
+    echo '{"variant": ..., "config": {...}, "prefix_len": ..., ...}' | python -m harness.tune_worker
 
-Prints one JSON line per job: {"status": "ok"|"wrong"|"error", "median_ms", "iqr_ms", "rel_error",
-"reason"}. With ``--serve`` it answers one job per input line until end of input, keeping the last
-problem and its oracle output (harness/trial_process.py drives it). A config that faults (illegal
+Answers one job per input line with one JSON line, {"status": "ok"|"wrong"|"error", "median_ms",
+"iqr_ms", "rel_error", "reason"}, until end of input, keeping the last problem and its oracle
+output (harness/trial_process.py drives it). A config that faults (illegal
 address, launch failure) or hangs kills only this process; the tuner records it as a failed trial,
 starts a fresh worker and goes on.
 
@@ -78,9 +78,6 @@ def run_job(job: dict) -> dict:
 def main() -> int:
     answers = sys.stdout
     sys.stdout = sys.stderr  # only answers go to stdout: the driver reads one JSON line per job
-    if "--serve" not in sys.argv[1:]:
-        answers.write(json.dumps(run_job(json.loads(sys.stdin.read()))) + "\n")
-        return 0
     for line in sys.stdin:
         if line.strip():
             result = run_job(json.loads(line))
