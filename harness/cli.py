@@ -358,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--weights", help="a safetensors file in DeepSeek-V3 tensor names (default: random, --seed)")
     decode.add_argument("--seed", type=int, default=0)
     decode.add_argument("--no-graphs", action="store_true", help="eager verify forward instead of CUDA graphs")
+    decode.add_argument("--compile-layers", action="store_true",
+                        help="torch.compile each layer's two halves around attention (fuses norms, RoPE, SwiGLU)")
     decode.add_argument("--out", type=Path, help="append JSONL records here")
     decode.add_argument("--json", action="store_true")
     decode.add_argument("--no-progress", action="store_true")

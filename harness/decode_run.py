@@ -30,13 +30,14 @@ class DecodeSetup:
     start_len: int       # rows in the cache: context + prompt - 1
 
 
-def build_model(preset: str, *, seed: int, dtype: torch.dtype, device: str, weights_path: str | None = None) -> MLAModel:
+def build_model(preset: str, *, seed: int, dtype: torch.dtype, device: str, weights_path: str | None = None,
+                compile_layers: bool = False) -> MLAModel:
     if preset not in PRESETS:
         raise ValueError(f"preset: expected one of {sorted(PRESETS)}, got {preset!r}")
     config = PRESETS[preset]
     weights = (load_weights(weights_path, config, dtype=dtype, device=device) if weights_path
                else random_weights(config, seed=seed, dtype=dtype, device=device))
-    return MLAModel(config, weights)
+    return MLAModel(config, weights, compile_layers=compile_layers)
 
 
 def make_prompt(config: MLAConfig, prompt: list[int] | None, prompt_len: int, seed: int) -> list[int]:
@@ -132,7 +133,8 @@ def run_matrix(args, command: str) -> list[dict]:
     if device == "cpu" and any(v != "reference" for v in variants_):
         raise SystemExit("vk decode: on the CPU only --variants reference (the float64 oracle; the kernels "
                          "are bf16/fp16 and GPU-only outside the interpreter)")
-    model = build_model(args.preset, seed=args.seed, dtype=dtype, device=device, weights_path=args.weights)
+    model = build_model(args.preset, seed=args.seed, dtype=dtype, device=device, weights_path=args.weights,
+                        compile_layers=args.compile_layers)
     prompt = make_prompt(model.config, args.prompt, args.prompt_len, args.seed)
     reference_variant = args.greedy_variant or variants_[-1]
     need_greedy = args.check_lossless or args.drafter == "oracle"
@@ -161,7 +163,8 @@ def run_matrix(args, command: str) -> list[dict]:
             for budget in args.budget:
                 payload = {"preset": args.preset, "context": context, "prompt_len": len(prompt),
                            "page_size": setup.cache.page_size, "dtype": str(dtype).removeprefix("torch."),
-                           "device": device, "new_tokens_requested": args.new_tokens, "seed": args.seed}
+                           "device": device, "new_tokens_requested": args.new_tokens, "seed": args.seed,
+                           "compile_layers": args.compile_layers}
                 if greedy is not None:
                     payload["greedy"] = {"variant": reference_variant, "seconds": greedy.seconds,
                                          "tokens_per_s": len(greedy.tokens) / greedy.seconds,

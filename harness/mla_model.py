@@ -161,18 +161,46 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def rope_tables(positions: torch.Tensor, dim: int, theta: float) -> torch.Tensor:
-    """exp(i * position * frequency) [T, dim/2] (complex64): computed once per forward, used by every layer."""
+    """(cos, sin) of position * frequency [T, dim/2, 2] (float32): computed once per forward, used
+    by every layer."""
     half = dim // 2
     inverse = 1.0 / theta ** (torch.arange(half, device=positions.device, dtype=torch.float32) / half)
     angles = positions.to(torch.float32)[:, None] * inverse[None, :]
-    return torch.polar(torch.ones_like(angles), angles)
+    return torch.stack([angles.cos(), angles.sin()], dim=-1)
 
 
 def apply_rope(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
-    """Interleaved RoPE (DeepSeek-V3's form: pairs (2i, 2i+1) rotated) over the last dim of x [T, ..., R]."""
-    pairs = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
-    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (rotations.shape[-1],)
-    return torch.view_as_real(pairs * rotations.view(shape)).flatten(-2).to(x.dtype)
+    """Interleaved RoPE (DeepSeek-V3's form: pairs (2i, 2i+1) rotated) over the last dim of x [T, ..., R],
+    in float32 real arithmetic (the complex product, written out so torch.compile can fuse it)."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + rotations.shape[-2:]
+    cos, sin = rotations.view(shape).unbind(-1)
+    even, odd = pairs.unbind(-1)
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2).to(x.dtype)
+
+
+def attention_inputs(hidden: torch.Tensor, layer: dict, rotations: torch.Tensor, c: MLAConfig):
+    """One layer up to attention: the absorbed query [T, H, kv_lora + rope] and the new latent rows
+    [T, kv_lora + rope] (normed latent, rotated rope part)."""
+    count = hidden.shape[0]
+    x = rms_norm(hidden, layer["attn_norm"], c.eps)
+    q_a, kv = (x @ layer["qkv_a"].T).split([c.q_lora, c.latent_dim], dim=-1)
+    q = (rms_norm(q_a, layer["q_norm"], c.eps) @ layer["q_b"].T).view(count, c.heads, c.nope + c.rope)
+    q_latent = torch.einsum("thn,hnc->thc", q[..., :c.nope], layer["w_uk"])
+    q_full = torch.cat([q_latent, apply_rope(q[..., c.nope:], rotations)], dim=-1)
+    rows = torch.cat([rms_norm(kv[:, :c.kv_lora], layer["kv_norm"], c.eps),
+                      apply_rope(kv[:, c.kv_lora:], rotations)], dim=-1)
+    return q_full, rows
+
+
+def layer_output(hidden: torch.Tensor, latent_out: torch.Tensor, layer: dict, c: MLAConfig) -> torch.Tensor:
+    """One layer after attention: W_UV, o_proj and the residual, then the SwiGLU MLP and its residual."""
+    count = hidden.shape[0]
+    heads_out = torch.einsum("thc,hvc->thv", latent_out.to(hidden.dtype), layer["w_uv"])
+    hidden = hidden + heads_out.reshape(count, c.heads * c.v) @ layer["o_proj"].T
+    x = rms_norm(hidden, layer["mlp_norm"], c.eps)
+    gate, up = (x @ layer["gate_up"].T).split([c.intermediate, c.intermediate], dim=-1)
+    return hidden + (torch.nn.functional.silu(gate) * up) @ layer["down"].T
 
 
 class MLAModel:
@@ -180,11 +208,21 @@ class MLAModel:
     through ``attention(q [1, T, H, 576], layer) -> [1, T, H, 512]`` (the verify kernel, bound to the
     pool, block table, prefix lengths and tree mask by the caller)."""
 
-    def __init__(self, config: MLAConfig, weights: dict):
+    def __init__(self, config: MLAConfig, weights: dict, *, compile_layers: bool = False):
+        """``compile_layers``: run the two halves of every layer (before and after attention)
+        through torch.compile, which fuses their norms, RoPE, SwiGLU and residuals into a few
+        kernels (the GEMMs stay cuBLAS). Shapes are marked dynamic after the first recompile, so
+        the tree-size buckets share one compiled graph."""
         self.config = config
         self.weights = weights
         self._mm_out_dtype: bool | None = None
         self._head_float32: torch.Tensor | None = None
+        self.compile_layers = compile_layers
+        if compile_layers:
+            self._attention_inputs = torch.compile(attention_inputs, fullgraph=True)
+            self._layer_output = torch.compile(layer_output, fullgraph=True)
+        else:
+            self._attention_inputs, self._layer_output = attention_inputs, layer_output
         for layer in weights["layers"]:  # one GEMM for q_a and kv_a, one for gate and up (row views)
             layer["qkv_a"] = torch.cat([layer.pop("q_a"), layer.pop("kv_a")])
             layer["q_a"], layer["kv_a"] = layer["qkv_a"].split([config.q_lora, config.latent_dim])
@@ -196,24 +234,12 @@ class MLAModel:
         returns the final hidden states [T, hidden] (``logits`` applies the LM head)."""
         c, w = self.config, self.weights
         hidden = w["embed"][tokens]
-        count = tokens.shape[0]
         rotations = rope_tables(positions, c.rope, c.rope_theta)
         for index, layer in enumerate(w["layers"]):
-            x = rms_norm(hidden, layer["attn_norm"], c.eps)
-            q_a, kv = (x @ layer["qkv_a"].T).split([c.q_lora, c.latent_dim], dim=-1)
-            q = rms_norm(q_a, layer["q_norm"], c.eps) @ layer["q_b"].T
-            q = q.view(count, c.heads, c.nope + c.rope)
-            q_latent = torch.einsum("thn,hnc->thc", q[..., :c.nope], layer["w_uk"])
-            q_rope = apply_rope(q[..., c.nope:], rotations)
-            rows = torch.cat([rms_norm(kv[:, :c.kv_lora], layer["kv_norm"], c.eps),
-                              apply_rope(kv[:, c.kv_lora:], rotations)], dim=-1)
+            q_full, rows = self._attention_inputs(hidden, layer, rotations, c)
             write_rows(index, rows)
-            latent_out = attention(torch.cat([q_latent, q_rope], dim=-1)[None], index)[0]  # [T, H, kv_lora]
-            heads_out = torch.einsum("thc,hvc->thv", latent_out.to(hidden.dtype), layer["w_uv"])
-            hidden = hidden + heads_out.reshape(count, c.heads * c.v) @ layer["o_proj"].T
-            x = rms_norm(hidden, layer["mlp_norm"], c.eps)
-            gate, up = (x @ layer["gate_up"].T).split([c.intermediate, c.intermediate], dim=-1)
-            hidden = hidden + (torch.nn.functional.silu(gate) * up) @ layer["down"].T
+            latent_out = attention(q_full[None], index)[0]  # [T, H, kv_lora]
+            hidden = self._layer_output(hidden, latent_out, layer, c)
         return rms_norm(hidden, w["final_norm"], c.eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

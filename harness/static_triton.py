@@ -98,10 +98,14 @@ def compile_resources(spec: TritonKernelSpec, arch: str) -> ResourceUsage:
 
     if arch not in ARCH_CAPABILITY:
         raise ValueError(f"arch: expected one of {sorted(ARCH_CAPABILITY)}, got {arch!r}")
-    if not isinstance(spec.kernel, triton.JITFunction):
+    if not isinstance(spec.kernel, triton.JITFunction):  # Gluon kernels are JITFunctions too
         raise RuntimeError("cannot compile kernels decorated under TRITON_INTERPRET=1; run without it")
-    source = ASTSource(spec.kernel, spec.signature(), constexprs=spec.specialised_constexprs(),
-                       attrs=spec.divisibility_attrs())
+    if getattr(spec.kernel, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource as source_class
+    else:
+        source_class = ASTSource
+    source = source_class(spec.kernel, spec.signature(), constexprs=spec.specialised_constexprs(),
+                          attrs=spec.divisibility_attrs())
     compiled = triton.compile(source, target=GPUTarget("cuda", ARCH_CAPABILITY[arch], 32),
                               options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
     ptxas = _ptxas_report(compiled.asm["ptx"], ARCH_CAPABILITY[arch])

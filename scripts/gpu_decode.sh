@@ -7,18 +7,23 @@
 # Records (JSONL, one per run, appended as each run ends) go to $OUT; `vk decode-report` turns them
 # into the table and plots under results/decode/.
 # Usage (repository root): bash scripts/gpu_decode.sh [new tokens per run, default 48] [skip-tests]
+# Env: MAIN_S / SWEEP_S time limits (0 skips that part), CONTEXTS (default 185000,131072,32768,4096),
+# SWEEP_CONTEXTS (default 131072,32768),
+# COMPILE=1 passes --compile-layers (torch.compile around attention in every layer).
 # Longest contexts first, so a run cut by its time limit loses the cheap rows.
 set -uo pipefail
 new=${1:-48}
-main_s=${MAIN_S:-300}; sweep_s=${SWEEP_S:-170}
+main_s=${MAIN_S:-300}; sweep_s=${SWEEP_S:-170}; contexts=${CONTEXTS:-185000,131072,32768,4096}
+sweep_contexts=${SWEEP_CONTEXTS:-131072,32768}
+compile=(); [ "${COMPILE:-0}" = 1 ] && compile=(--compile-layers)
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
 [ "${2:-}" = skip-tests ] || timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py 2>&1 \
   | tail -n 4 | tee "$OUT/pytest-decode-gpu-$sku.txt"
-timeout "$main_s" python3 -m harness decode --preset k2-tp8 --context 185000,131072,32768,4096 --budget 64 \
-  --variants triton_ps1 auto --new-tokens "$new" --drafter oracle --check-lossless --no-progress \
+[ "$main_s" = 0 ] || timeout "$main_s" python3 -m harness decode --preset k2-tp8 --context "$contexts" --budget 64 \
+  "${compile[@]}" --variants triton_ps1 auto --new-tokens "$new" --drafter oracle --check-lossless --no-progress \
   --out "$OUT/decode-k2-tp8-$sku.jsonl" 2>&1 | grep -v "^\s*warnings.warn\|UserWarning" | tail -n 14
-timeout "$sweep_s" python3 -m harness decode --preset k2-tp8 --context 131072,32768 --budget 16,32,64,128,256,512 \
-  --variants auto --new-tokens "$new" --drafter oracle --check-lossless --no-progress \
+[ "$sweep_s" = 0 ] || timeout "$sweep_s" python3 -m harness decode --preset k2-tp8 --context "$sweep_contexts" \
+  --budget 16,32,64,128,256,512 "${compile[@]}" --variants auto --new-tokens "$new" --drafter oracle --check-lossless --no-progress \
   --out "$OUT/decode-budget-k2-tp8-$sku.jsonl" 2>&1 | grep -v "^\s*warnings.warn\|UserWarning" | tail -n 16

@@ -134,10 +134,12 @@ def test_vk_decode_tiny_cpu_check_lossless(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["triton_splitkv", "cuda_coalesced", "triton_ps1"])
+@pytest.mark.parametrize("variant", ["triton_splitkv", "cuda_coalesced", "triton_ps1", "gluon_wgmma"])
 def test_gpu_graph_replay_matches_eager_decode(variant):
     if variant == "cuda_coalesced":
         pytest.importorskip("cupy")
+    if variant == "gluon_wgmma" and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("gluon_wgmma needs a Hopper GPU")
     from harness.decode_run import page_size_for
 
     model = build_model("tiny", seed=3, dtype=torch.bfloat16, device="cuda")
@@ -222,3 +224,55 @@ def test_drafter_gets_the_accepted_paths_hidden_states(tiny_model):
     assert seen[0] is None and len(seen) == len(run.steps)
     accepted = [s.new_tokens for s in run.steps]  # accepted path = root + drafted tokens = new tokens this step
     assert seen[1:] == [(n, tiny_model.config.hidden) for n in accepted[:-1]]
+
+
+def test_rope_real_form_matches_the_complex_product():
+    """apply_rope (real arithmetic, fusable) equals rotating the pairs (2i, 2i+1) as complex numbers."""
+    from harness.mla_model import apply_rope, rope_tables
+
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(7, 3, 64, generator=generator)
+    positions = torch.tensor([0, 1, 5, 100, 4097, 131071, 185000])
+    rotations = rope_tables(positions, 64, 10000.0)  # the same float32 angles for both forms
+    assert torch.allclose(rotations[1, :, 0], torch.cos(1.0 / 10000.0 ** (torch.arange(32) / 32)))
+    as_complex = torch.complex(rotations[..., 0].double(), rotations[..., 1].double())
+    expected = torch.view_as_real(torch.view_as_complex(x.double().reshape(7, 3, 32, 2))
+                                  * as_complex[:, None, :]).flatten(-2)
+    got = apply_rope(x, rotations)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(got, x)
+
+
+def test_compiled_layer_halves_match_eager(tiny_model):
+    """torch.compile of the two halves of a layer (what --compile-layers runs) gives eager's
+    numbers in float32, for two token counts (the second compiles with a dynamic T)."""
+    from harness.mla_model import attention_inputs, layer_output, rope_tables
+
+    config, layer = tiny_model.config, tiny_model.weights["layers"][1]
+    compiled_inputs = torch.compile(attention_inputs, fullgraph=True)
+    compiled_output = torch.compile(layer_output, fullgraph=True)
+    generator = torch.Generator().manual_seed(6)
+    for count in (5, 9):
+        hidden = torch.randn(count, config.hidden, generator=generator)
+        rotations = rope_tables(torch.arange(count) + 300, config.rope, config.rope_theta)
+        latent_out = torch.randn(count, config.heads, config.kv_lora, generator=generator)
+        for got, want in zip(compiled_inputs(hidden, layer, rotations, config),
+                             attention_inputs(hidden, layer, rotations, config)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(compiled_output(hidden, latent_out, layer, config),
+                                   layer_output(hidden, latent_out, layer, config), rtol=1e-5, atol=1e-5)
+
+
+def test_path_noise_script_in_float32(tmp_path):
+    """scripts/decode_noise.py: in float32 on the CPU the greedy (T = 1) and chain-verify paths give
+    the same argmax everywhere and logits within float32 noise."""
+    out = tmp_path / "noise.json"
+    completed = subprocess.run([sys.executable, "scripts/decode_noise.py", "--preset", "tiny", "--context", "0,70",
+                                "--tokens", "10", "--variant", "reference", "--device", "cpu", "--out", str(out)],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["context"] for r in rows] == [0, 70]
+    for row in rows:
+        assert len(row["deltas"]) == 10 and row["disagreements"] == [] and all(row["agree"])
+        assert row["max_delta"] < 1e-3 * max(1.0, row["median_margin"]), row

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from harness.static_model import ResourceUsage, infeasibility, occupancy
 
@@ -105,3 +106,36 @@ def test_triton_spec_specialises_like_the_launcher():
                                 "one": "constexpr", "T": "i32", "BLOCK": "constexpr"}
     assert spec.specialised_constexprs() == {"BLOCK": 64, "one": 1}
     assert spec.divisibility_attrs() == {(0,): [["tt.divisibility", 16]], (2,): [["tt.divisibility", 16]]}
+
+
+def test_gluon_wgmma_compiles_for_sm90_and_is_refused_for_sm120():
+    """The Hopper kernel compiles offline for sm_90 (both tiles: no spills, one CTA per SM within
+    227 KB of shared memory); sm_120 has no wgmma and is refused with that reason, not compiled."""
+    rows = vk_static("--variant", "gluon_wgmma", "--arch", "sm_90", "sm_120",
+                     "--config", '{"BLOCK_N": 64}', "--config", '{"BLOCK_N": 32}')
+    sm90 = [r for r in rows if r["arch"] == "sm_90"]
+    sm120 = [r for r in rows if r["arch"] == "sm_120"]
+    assert len(sm90) == 2 and len(sm120) == 2, rows
+    for row in sm90:
+        assert row["feasible"] and row["spill_store_bytes"] == 0 and row["blocks_per_sm"] == 1, row
+        assert row["shared_bytes"] <= 227 * 1024, row
+    assert all(not r["feasible"] and "wgmma" in r["reason"] for r in sm120), sm120
+
+
+def test_one_wave_split_choice():
+    """one_wave: the most splits whose CTAs all fit on the SMs at once, capped by length and
+    MAX_KV_SPLITS; the default rounds up to a power of two."""
+    from verify_kernels.contract import ProblemShape
+    from verify_kernels.splits import choose_kv_splits
+
+    def shape(tree_nodes, batch=1, pages=2048):
+        return ProblemShape(batch=batch, tree_nodes=tree_nodes, heads=8, head_dim=576, v_dim=512, page_size=64,
+                            max_pages=pages, num_pages=pages, dtype=torch.bfloat16, device=torch.device("cpu"))
+
+    wave = dict(ctas_per_sm=1, one_wave=True)
+    assert choose_kv_splits(shape(64), 64, 64, 132, **wave) == 16      # 8 row blocks x 16 = 128 CTAs
+    assert choose_kv_splits(shape(16), 64, 64, 132, **wave) == 64      # 66, capped
+    assert choose_kv_splits(shape(256), 64, 64, 132, **wave) == 4
+    assert choose_kv_splits(shape(256, batch=5), 64, 64, 132, **wave) == 1
+    assert choose_kv_splits(shape(64, pages=8), 64, 64, 132, **wave) == 2  # 512 positions / 256
+    assert choose_kv_splits(shape(64), 64, 64, 132) == 64                # the default: ceil(264 / 8) -> 64

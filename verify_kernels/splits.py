@@ -32,11 +32,19 @@ def sm_count(device: torch.device) -> int:
     return _device_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
-def choose_kv_splits(shape: ProblemShape, rows_per_cta: int, block_n: int, sms: int) -> int:
-    """Enough CTAs to fill every SM CTAS_PER_SM times, each split >= MIN_SPLIT_TOKENS positions."""
+def choose_kv_splits(shape: ProblemShape, rows_per_cta: int, block_n: int, sms: int, *,
+                     ctas_per_sm: int = CTAS_PER_SM, one_wave: bool = False) -> int:
+    """Enough CTAs to fill every SM ``ctas_per_sm`` times, each split >= MIN_SPLIT_TOKENS positions.
+
+    By default the count rounds up to a power of two. ``one_wave`` instead takes the most splits
+    whose CTAs all run at once (for kernels that hold an SM alone, where a second, partial wave of
+    CTAs costs as much as the first).
+    """
     capacity = shape.max_pages * shape.page_size
     row_blocks = math.ceil(shape.rows / rows_per_cta)
-    wanted = math.ceil(CTAS_PER_SM * sms / (row_blocks * shape.batch))
     by_length = max(1, capacity // max(MIN_SPLIT_TOKENS, block_n))
+    if one_wave:
+        return max(1, min(ctas_per_sm * sms // (row_blocks * shape.batch), by_length, MAX_KV_SPLITS))
+    wanted = math.ceil(ctas_per_sm * sms / (row_blocks * shape.batch))
     splits = max(1, min(wanted, by_length, MAX_KV_SPLITS))
     return 1 << (splits - 1).bit_length() if splits > 1 else 1

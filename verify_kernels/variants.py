@@ -20,9 +20,10 @@ VARIANTS: dict[str, str] = {
     "triton_ps1": "verify_kernels.triton_ps1",
     "triton_splitkv": "verify_kernels.triton_splitkv",
     "cuda_coalesced": "verify_kernels.cuda_coalesced",
+    "gluon_wgmma": "verify_kernels.gluon_wgmma",
 }
 
-AUTO_PREFERENCE: tuple[str, ...] = ("triton_splitkv", "cuda_coalesced", "triton_ps1")
+AUTO_PREFERENCE: tuple[str, ...] = ("gluon_wgmma", "triton_splitkv", "cuda_coalesced", "triton_ps1")
 
 
 def load_variant(name: str) -> ModuleType:
