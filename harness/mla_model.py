@@ -217,7 +217,6 @@ class MLAModel:
         self.weights = weights
         self._mm_out_dtype: bool | None = None
         self._head_float32: torch.Tensor | None = None
-        self.compile_layers = compile_layers
         if compile_layers:
             self._attention_inputs = torch.compile(attention_inputs, fullgraph=True)
             self._layer_output = torch.compile(layer_output, fullgraph=True)

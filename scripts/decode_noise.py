@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 
 import torch
 from tabulate import tabulate
 
+from harness.cli import _int_list
 from harness.decode_run import build_model, build_setup, greedy_reference, make_prompt, page_size_for
+from harness.records import make_record
 from harness.target_runner import TargetRunner
 
 
@@ -45,7 +46,7 @@ def noise_for_context(model, prompt, *, context: int, tokens: int, variant: str,
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--context", default="0")
+    parser.add_argument("--context", type=_int_list, default=[0], help="comma-separated context lengths")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--variant", default="auto")
     parser.add_argument("--page-size", type=int, default=64)
@@ -56,12 +57,12 @@ def main(argv=None) -> int:
     dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
     model = build_model(args.preset, seed=0, dtype=dtype, device=args.device, compile_layers=args.compile_layers)
     prompt = make_prompt(model.config, None, 16, 0)
-    rows = [noise_for_context(model, prompt, context=int(c), tokens=args.tokens, variant=args.variant,
-                              page_size=args.page_size) for c in args.context.split(",")]
+    rows = [noise_for_context(model, prompt, context=c, tokens=args.tokens, variant=args.variant,
+                              page_size=args.page_size) for c in args.context]
     if args.out:
         with open(args.out, "w") as handle:
-            json.dump({"command": " ".join(sys.argv), "compile_layers": args.compile_layers,
-                       "dtype": str(dtype), "rows": rows}, handle, indent=1)
+            json.dump(make_record("decode_noise", {"compile_layers": args.compile_layers, "dtype": str(dtype),
+                                                   "rows": rows}), handle, indent=1, default=str)
     print(tabulate([(r["context"], r["variant"], f"{r['median_delta']:.3f}", f"{r['max_delta']:.3f}",
                      f"{r['median_margin']:.3f}", f"{r['min_margin']:.3f}", r["disagreements"]) for r in rows],
                    headers=["context", "variant", "median |dlogit|", "max |dlogit|", "median margin",
