@@ -224,6 +224,9 @@ def cmd_decode(args) -> int:
 def cmd_decode_report(args) -> int:
     from .decode_report import write_decode_report
 
+    missing = [str(path) for path in args.records if not Path(path).is_file()]
+    if missing:
+        raise SystemExit(f"vk decode-report: records: no such file: {', '.join(missing)}")
     for path in write_decode_report(args.records, args.out_dir, args.name):
         print(path)
     return 0
@@ -348,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--temperature", type=float, default=0.0, help="> 0 samples the target at each node")
     decode.add_argument("--check-lossless", action="store_true",
                         help="compare with plain greedy decoding (CPU float32: must be identical)")
+    decode.add_argument("--batch-invariant-greedy", action="store_true",
+                        help="also compare with greedy decoding whose forwards are padded to the budget (the verify's "
+                             "GEMM shapes): separates bf16 shape noise from the tree's own effect")
     decode.add_argument("--greedy-variant", help="variant of the greedy reference run (default: the last of --variants)")
     decode.add_argument("--prompt", type=_int_list, help="prompt token ids (default: --prompt-len random ids)")
     decode.add_argument("--prompt-len", type=int, default=16)

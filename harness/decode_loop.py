@@ -20,8 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from verify_kernels import commit_accepted
-
+from .accepted_commit import AcceptedCommit
 from .ddtree import build_tree, walk, walk_sampled
 from .drafters import Drafter
 from .target_runner import TargetRunner
@@ -102,19 +101,24 @@ def _restart(runner: TargetRunner, prefix_len: int) -> None:
     runner.cache.truncate(prefix_len)
 
 
-def greedy_decode(runner: TargetRunner, history: list[int], new_tokens: int) -> DecodeRun:
-    """Plain autoregressive greedy decoding: one node per forward. ``history``'s last token is the
-    pending root (not in the cache); the cache holds everything before it."""
+def greedy_decode(runner: TargetRunner, history: list[int], new_tokens: int, *, rows: int = 1) -> DecodeRun:
+    """Plain autoregressive greedy decoding: one new token per forward. ``history``'s last token is
+    the pending root (not in the cache); the cache holds everything before it.
+
+    ``rows`` > 1 pads every forward with leaves under the root (never committed, logits ignored),
+    the way the verify pads a tree to its budget: with ``rows`` = the budget, every GEMM of the
+    greedy forward has the verify's shapes, so the root's row goes through the same kernels and
+    accumulation orders (a batch-invariant reference; in exact arithmetic the same function)."""
     cache = runner.cache
     start_len = cache.prefix_len
     run = DecodeRun(tokens=[])
     root = history[-1]
-    cache.reserve(cache.prefix_len + 1)
-    runner.warm(1)
+    cache.reserve(cache.prefix_len + rows)
+    runner.warm(rows)
     began = time.perf_counter()
     for _ in range(new_tokens):
-        cache.reserve(cache.prefix_len + 1)
-        logits = runner.run(runner.load([root], [-1], [0], 1))[0].float()
+        cache.reserve(cache.prefix_len + rows)
+        logits = runner.run(runner.load([root], [-1], [0], rows))[0].float()
         top2 = torch.topk(logits, 2)
         root = int(top2.indices[0])
         run.margins.append(float(top2.values[0] - top2.values[1]))
@@ -125,17 +129,6 @@ def greedy_decode(runner: TargetRunner, history: list[int], new_tokens: int) -> 
     run.seconds = time.perf_counter() - began
     _restart(runner, start_len)
     return run
-
-
-def _commit(runner: TargetRunner, path: torch.Tensor, layer_offsets: torch.Tensor) -> None:
-    """commit_accepted over every layer at once: the pool viewed as [layers * pages, page, D] with
-    one block-table row per layer (page ids offset by ``layer_offsets`` [layers, 1] = layer * pages).
-    ``path`` [A] int32: the accepted nodes on the device."""
-    cache = runner.cache
-    layers = cache.pool.shape[0]
-    lens = torch.full((layers,), path.shape[0], dtype=torch.int32, device=path.device)
-    commit_accepted(cache.pool.view(-1, cache.page_size, cache.pool.shape[-1]), cache.block_table + layer_offsets,
-                    cache.prefix_lens.expand(layers).contiguous(), path[None].expand(layers, -1), lens)
 
 
 def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, drafter: Drafter, *, budget: int,
@@ -149,8 +142,7 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
     run = DecodeRun(tokens=[])
     generator = torch.Generator().manual_seed(seed)
     clock = _PhaseClock(device)
-    layers, pages = cache.pool.shape[:2]
-    layer_offsets = (torch.arange(layers, device=device, dtype=torch.int32) * pages)[:, None]
+    commit = AcceptedCommit(cache, budget)
     cache.reserve(cache.prefix_len + budget)
     runner.warm(budget)
     began = time.perf_counter()
@@ -172,9 +164,7 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
         else:
             accepted, bonus = walk(tree, logits[:count].argmax(dim=-1))
         clock.lap("walk")
-        path = torch.tensor(accepted, dtype=torch.int32, device=device)
-        features = bucket.hidden[path]
-        _commit(runner, path, layer_offsets)
+        features = commit(accepted, bucket.hidden)
         new_len = cache.prefix_len + len(accepted)
         cache.set_prefix_len(new_len)
         cache.truncate(new_len)

@@ -78,16 +78,19 @@ def floor_ms(config: MLAConfig, *, prefix_len: int, tree_nodes: int, element_byt
 
 def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: int, new_tokens: int,
                 block_size: int, temperature: float, seed: int, greedy: DecodeRun | None,
-                use_graphs: bool = True, measure_attention: bool = True) -> dict:
-    """One DDTree run with ``variant``; compared with ``greedy`` when given."""
+                use_graphs: bool = True, measure_attention: bool = True,
+                greedy_batch_invariant: DecodeRun | None = None) -> dict:
+    """One DDTree run with ``variant``; compared with ``greedy`` (and with the batch-invariant
+    greedy run, forwards padded to the budget) when given."""
     runner = TargetRunner(setup.model, setup.cache, attention=variant, use_graphs=use_graphs)
     reference = setup.history + greedy.tokens if greedy is not None else None
     drafter = make_drafter(drafter_name, reference=reference, vocab=setup.config.vocab, seed=seed)
     run = ddtree_decode(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size,
                         temperature=temperature, seed=seed)
     summary = run.summary()
-    result = {"variant": variant, "drafter": drafter_name, "budget": budget, "block_size": block_size,
-              "temperature": temperature, "graphs": runner.use_graphs, **summary, "steps_detail": run.step_dicts()}
+    result = {"variant": variant, "kernel": runner.kernel(budget), "drafter": drafter_name, "budget": budget,
+              "block_size": block_size, "temperature": temperature, "graphs": runner.use_graphs, **summary,
+              "steps_detail": run.step_dicts()}
     if measure_attention:
         setup.cache.reserve(setup.start_len + budget)
         attention = runner.attention_ms(budget)
@@ -103,13 +106,18 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
         result["step_over_floor"] = summary["median_step_ms"] / floor["step_ms"]
     if greedy is not None and temperature == 0:
         result["lossless"] = compare_tokens(run.tokens, greedy)
+    if greedy_batch_invariant is not None and temperature == 0:
+        result["lossless_batch_invariant"] = compare_tokens(run.tokens, greedy_batch_invariant)
     result["tokens"] = run.tokens
     return result
 
 
-def greedy_reference(setup: DecodeSetup, *, variant: str, new_tokens: int, use_graphs: bool = True) -> DecodeRun:
+def greedy_reference(setup: DecodeSetup, *, variant: str, new_tokens: int, use_graphs: bool = True,
+                     rows: int = 1) -> DecodeRun:
+    """Greedy decoding from the setup's root; ``rows`` > 1: each forward padded to that many
+    nodes (the batch-invariant reference, see ``greedy_decode``)."""
     runner = TargetRunner(setup.model, setup.cache, attention=variant, use_graphs=use_graphs)
-    return greedy_decode(runner, setup.history, new_tokens)
+    return greedy_decode(runner, setup.history, new_tokens, rows=rows)
 
 
 def page_size_for(variant: str, default: int) -> int:
@@ -158,9 +166,14 @@ def run_matrix(args, command: str) -> list[dict]:
             setup = setup_for(page_size_for(reference_variant, args.page_size))
             greedy = greedy_reference(setup, variant=reference_variant, new_tokens=args.new_tokens + args.block_size,
                                       use_graphs=not args.no_graphs)
+        padded_greedy: dict[int, DecodeRun] = {}  # budget -> greedy with forwards padded to it
         for variant in variants_:
             setup = setup_for(page_size_for(variant, args.page_size))
             for budget in args.budget:
+                if args.batch_invariant_greedy and args.temperature == 0 and budget not in padded_greedy:
+                    padded_greedy[budget] = greedy_reference(
+                        setup_for(page_size_for(reference_variant, args.page_size)), variant=reference_variant,
+                        new_tokens=args.new_tokens, use_graphs=not args.no_graphs, rows=budget)
                 payload = {"preset": args.preset, "context": context, "prompt_len": len(prompt),
                            "page_size": setup.cache.page_size, "dtype": str(dtype).removeprefix("torch."),
                            "device": device, "new_tokens_requested": args.new_tokens, "seed": args.seed,
@@ -173,7 +186,8 @@ def run_matrix(args, command: str) -> list[dict]:
                     payload.update(decode_once(setup, variant=variant, drafter_name=args.drafter, budget=budget,
                                                new_tokens=args.new_tokens, block_size=args.block_size,
                                                temperature=args.temperature, seed=args.seed, greedy=greedy,
-                                               use_graphs=not args.no_graphs))
+                                               use_graphs=not args.no_graphs,
+                                               greedy_batch_invariant=padded_greedy.get(budget)))
                 except Exception as error:  # a run that fails is a record too; the matrix goes on
                     payload.update({"variant": variant, "budget": budget, "status": "error",
                                     "reason": f"{type(error).__name__}: {str(error)[:500]}"})
@@ -189,22 +203,36 @@ def run_matrix(args, command: str) -> list[dict]:
     return results
 
 
+def _match(lossless: dict | None) -> str:
+    if lossless is None:
+        return "-"
+    if lossless["identical"]:
+        return "identical"
+    return f"diverged at {lossless['first_divergence']} (margin {lossless['greedy_top2_margin_at_divergence']:.3f})"
+
+
+def _variant_label(record: dict) -> str:
+    """The requested variant, with the kernel "auto" resolved to."""
+    kernel = (record.get("kernel") or {}).get("variant")
+    return record["variant"] if kernel in (None, record["variant"]) else f"{record['variant']} ({kernel})"
+
+
 def format_decode_table(records: list[dict]) -> str:
     from tabulate import tabulate
 
+    padded = any("lossless_batch_invariant" in r for r in records)
     rows = []
     for r in records:
         if r.get("status") == "error":
-            rows.append((r["context"], r["variant"], r["budget"], "error: " + r["reason"][:60]) + ("",) * 8)
+            rows.append((r["context"], r["variant"], r["budget"], "error: " + r["reason"][:60]) + ("",) * (8 + padded))
             continue
-        lossless = r.get("lossless")
-        match = ("-" if lossless is None else "identical" if lossless["identical"]
-                 else f"diverged at {lossless['first_divergence']} (margin {lossless['greedy_top2_margin_at_divergence']:.3f})")
         phases = r["mean_phase_ms"]
-        rows.append((r["context"], r["variant"], r["budget"], f"{r['median_step_ms']:.2f}",
+        rows.append((r["context"], _variant_label(r), r["budget"], f"{r['median_step_ms']:.2f}",
                      f"{phases['verify']:.2f}", f"{r['attention_ms_per_step']:.2f}" if "attention_ms_per_step" in r else "-",
                      f"{phases['draft'] + phases['tree'] + phases['mask']:.2f}", f"{phases['walk'] + phases['commit']:.2f}",
                      f"{r['mean_accepted']:.2f}", f"{r['tokens_per_s']:.1f}",
-                     f"{r['step_over_floor']:.2f}x" if "step_over_floor" in r else "-", match))
+                     f"{r['step_over_floor']:.2f}x" if "step_over_floor" in r else "-", _match(r.get("lossless")))
+                    + ((_match(r.get("lossless_batch_invariant")),) if padded else ()))
     return tabulate(rows, headers=["context", "variant", "budget", "step ms", "verify ms", "attn ms", "draft+tree+mask",
-                                   "walk+commit", "tokens/step", "tokens/s", "vs floor", "vs greedy"])
+                                   "walk+commit", "tokens/step", "tokens/s", "vs floor", "vs greedy"]
+                    + (["vs padded greedy"] if padded else []))

@@ -37,6 +37,9 @@ class _Bucket:
     depths: torch.Tensor   # [T] int64
     mask: torch.Tensor     # [1, T, ceil(T/32)] int32
     offsets: torch.Tensor  # [T] int64: 0..T-1
+    host_ids: torch.Tensor   # [2, T] int64 tokens and depths on the host (pinned on the GPU path)
+    host_mask: torch.Tensor  # [1, T, ceil(T/32)] int32 on the host (pinned on the GPU path)
+    uploaded: torch.cuda.Event | None = None  # the last copies out of host_ids / host_mask
     graph: torch.cuda.CUDAGraph | None = None
     logits: torch.Tensor | None = None
     hidden: torch.Tensor | None = None   # [T, hidden] final hidden states of the last run
@@ -52,11 +55,14 @@ class TargetRunner:
     def _bucket(self, nodes: int) -> _Bucket:
         if nodes not in self._buckets:
             device = self.cache.pool.device
+            mask = trees.parents_to_mask(trees.chain_tree(nodes))
+            pinned = device.type == "cuda"
             self._buckets[nodes] = _Bucket(
                 nodes, torch.zeros(nodes, dtype=torch.int64, device=device),
-                torch.zeros(nodes, dtype=torch.int64, device=device),
-                trees.parents_to_mask(trees.chain_tree(nodes)).to(device),
-                torch.arange(nodes, dtype=torch.int64, device=device))
+                torch.zeros(nodes, dtype=torch.int64, device=device), mask.to(device),
+                torch.arange(nodes, dtype=torch.int64, device=device),
+                torch.zeros(2, nodes, dtype=torch.int64, pin_memory=pinned),
+                torch.zeros(mask.shape, dtype=torch.int32, pin_memory=pinned))
         return self._buckets[nodes]
 
     def attend(self, q: torch.Tensor, layer: int, mask: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -78,17 +84,26 @@ class TargetRunner:
         return hidden, self.model.logits(hidden)
 
     def load(self, tokens: list[int], parents: list[int], depths: list[int], bucket_nodes: int) -> _Bucket:
-        """Put a tree into the bucket's static inputs, padded to ``bucket_nodes``."""
+        """Put a tree into the bucket's static inputs, padded to ``bucket_nodes``: the mask built on
+        the host (trees.ancestor_words), then three asynchronous copies out of pinned buffers."""
         count = len(tokens)
         if not 1 <= count <= bucket_nodes:
             raise ValueError(f"tree: expected 1..{bucket_nodes} nodes for this bucket, got {count}")
+        if len(parents) != count or len(depths) != count:
+            raise ValueError(f"tree: expected {count} parents and depths (one per token), got {len(parents)} "
+                             f"and {len(depths)}")
         pad = bucket_nodes - count
         bucket = self._bucket(bucket_nodes)
-        device = bucket.tokens.device
-        bucket.tokens.copy_(torch.tensor(tokens + [0] * pad, dtype=torch.int64), non_blocking=True)
-        bucket.depths.copy_(torch.tensor(depths + [1] * pad, dtype=torch.int64), non_blocking=True)
-        mask = trees.parents_to_mask(torch.tensor(parents + [0] * pad, dtype=torch.int64))
-        bucket.mask.copy_(mask.to(device=device, dtype=torch.int32), non_blocking=True)
+        if bucket.uploaded is not None:
+            bucket.uploaded.synchronize()  # the previous upload has left the host buffers
+        bucket.host_ids.copy_(torch.tensor([tokens + [0] * pad, depths + [1] * pad], dtype=torch.int64))
+        bucket.host_mask.copy_(trees.ancestor_words(parents + [0] * pad))
+        bucket.tokens.copy_(bucket.host_ids[0], non_blocking=True)
+        bucket.depths.copy_(bucket.host_ids[1], non_blocking=True)
+        bucket.mask.copy_(bucket.host_mask, non_blocking=True)
+        if bucket.tokens.is_cuda:
+            bucket.uploaded = torch.cuda.Event()
+            bucket.uploaded.record()
         return bucket
 
     def run(self, bucket: _Bucket) -> torch.Tensor:
@@ -123,6 +138,22 @@ class TargetRunner:
                            bucket_nodes))
         if self.cache.pool.device.type == "cuda":
             torch.cuda.synchronize()
+
+    def kernel(self, bucket_nodes: int) -> dict | None:
+        """The variant and config the verify calls of this bucket run ("auto" resolved the way
+        verify_attention resolves it); None for the float64 oracle."""
+        if self.attention == "reference":
+            return None
+        from verify_kernels import contract, variants
+        from verify_kernels.api import select_variant
+
+        cache, config = self.cache, self.model.config
+        q = torch.empty(1, bucket_nodes, config.heads, config.latent_dim, dtype=cache.pool.dtype,
+                        device=cache.pool.device)
+        shape = contract.check_arguments(q, cache.layer(0), cache.block_table, cache.prefix_lens,
+                                         self._bucket(bucket_nodes).mask, sm_scale=config.sm_scale, v_dim=config.kv_lora)
+        name, tuned = select_variant(self.attention, shape)
+        return {"variant": name, "config": variants.resolve_config(name, variants.load_variant(name), tuned, shape)}
 
     def attention_ms(self, bucket_nodes: int) -> float | None:
         """Median time of the attention calls of one forward (all layers) at this bucket size and

@@ -9,13 +9,15 @@
 # Usage (repository root): bash scripts/gpu_decode.sh [new tokens per run, default 48] [skip-tests]
 # Env: MAIN_S / SWEEP_S time limits (0 skips that part), CONTEXTS (default 185000,131072,32768,4096),
 # SWEEP_CONTEXTS (default 131072,32768),
-# COMPILE=1 passes --compile-layers (torch.compile around attention in every layer).
+# COMPILE=1 passes --compile-layers (torch.compile around attention in every layer),
+# BATCH_INVARIANT=1 passes --batch-invariant-greedy (also compare with greedy padded to the budget).
 # Longest contexts first, so a run cut by its time limit loses the cheap rows.
 set -uo pipefail
 new=${1:-48}
 main_s=${MAIN_S:-300}; sweep_s=${SWEEP_S:-170}; contexts=${CONTEXTS:-185000,131072,32768,4096}
 sweep_contexts=${SWEEP_CONTEXTS:-131072,32768}
 compile=(); [ "${COMPILE:-0}" = 1 ] && compile=(--compile-layers)
+[ "${BATCH_INVARIANT:-0}" = 1 ] && compile+=(--batch-invariant-greedy)
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")

@@ -45,6 +45,39 @@ def test_ddtree_tokens_identical_to_greedy_in_float32(tiny_model, context, page_
     assert len(setup.cache.pages) == -(-setup.start_len // page_size)
 
 
+def test_padded_greedy_equals_plain_greedy_in_float32(tiny_model):
+    """Greedy forwards padded to a budget (the batch-invariant reference) decode the same tokens:
+    the padding leaves are never committed and their logits never read."""
+    setup = _setup(tiny_model, context=37, page_size=16)
+    plain = greedy_reference(setup, variant="reference", new_tokens=20)
+    padded = greedy_reference(setup, variant="reference", new_tokens=20, rows=13)
+    assert padded.tokens == plain.tokens
+    assert setup.cache.prefix_len == setup.start_len
+
+
+def test_accepted_commit_moves_the_path_in_every_layer(tiny_model):
+    """AcceptedCommit (the decode loop's commit phase) writes the path's rows at prefix_len + i in
+    every layer, returns the path's hidden states, and leaves the rows before the prefix alone."""
+    from harness.accepted_commit import AcceptedCommit
+
+    cache = PagedKVCache.for_tokens(3, 200, 16, 8, dtype=torch.float32, device="cpu")
+    cache.reserve(70)
+    cache.pool.copy_(torch.randn(cache.pool.shape, generator=torch.Generator().manual_seed(0)))
+    cache.set_prefix_len(37)
+    slots = cache.slots(torch.arange(70))
+    before = cache.pool.view(3, -1, 8)[:, slots].clone()  # [layers, position, D]
+    hidden = torch.randn(20, 5)
+    accepted = [0, 2, 3, 9]  # later targets are earlier sources: the gather must come first
+    features = AcceptedCommit(cache, budget=20)(accepted, hidden)
+    after = cache.pool.view(3, -1, 8)[:, slots]
+    assert torch.equal(features, hidden[accepted])
+    assert torch.equal(after[:, :37], before[:, :37])
+    for i, node in enumerate(accepted):
+        assert torch.equal(after[:, 37 + i], before[:, 37 + node]), f"path entry {i}"
+    with pytest.raises(ValueError, match="the root"):
+        AcceptedCommit(cache, budget=4)([1, 2], hidden)
+
+
 def test_perfect_oracle_accepts_whole_blocks(tiny_model):
     setup = _setup(tiny_model, context=20, page_size=16)
     greedy = greedy_reference(setup, variant="reference", new_tokens=40)
@@ -134,12 +167,12 @@ def test_vk_decode_tiny_cpu_check_lossless(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["triton_splitkv", "cuda_coalesced", "triton_ps1", "gluon_wgmma"])
+@pytest.mark.parametrize("variant", ["triton_splitkv", "cuda_coalesced", "triton_ps1", "gluon_wgmma", "gluon_wgmma_ws"])
 def test_gpu_graph_replay_matches_eager_decode(variant):
     if variant == "cuda_coalesced":
         pytest.importorskip("cupy")
-    if variant == "gluon_wgmma" and torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("gluon_wgmma needs a Hopper GPU")
+    if variant.startswith("gluon_wgmma") and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip(f"{variant} needs a Hopper GPU")
     from harness.decode_run import page_size_for
 
     model = build_model("tiny", seed=3, dtype=torch.bfloat16, device="cuda")

@@ -108,10 +108,11 @@ def test_triton_spec_specialises_like_the_launcher():
     assert spec.divisibility_attrs() == {(0,): [["tt.divisibility", 16]], (2,): [["tt.divisibility", 16]]}
 
 
-def test_gluon_wgmma_compiles_for_sm90_and_is_refused_for_sm120():
-    """The Hopper kernel compiles offline for sm_90 (both tiles: no spills, one CTA per SM within
+@pytest.mark.parametrize("variant", ["gluon_wgmma", "gluon_wgmma_ws"])
+def test_gluon_kernels_compile_for_sm90_and_are_refused_for_sm120(variant):
+    """The Hopper kernels compile offline for sm_90 (both tiles: no spills, one CTA per SM within
     227 KB of shared memory); sm_120 has no wgmma and is refused with that reason, not compiled."""
-    rows = vk_static("--variant", "gluon_wgmma", "--arch", "sm_90", "sm_120",
+    rows = vk_static("--variant", variant, "--arch", "sm_90", "sm_120",
                      "--config", '{"BLOCK_N": 64}', "--config", '{"BLOCK_N": 32}')
     sm90 = [r for r in rows if r["arch"] == "sm_90"]
     sm120 = [r for r in rows if r["arch"] == "sm_120"]

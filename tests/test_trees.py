@@ -41,6 +41,15 @@ def test_ancestor_matrix_matches_brute_force(size):
     assert depths.tolist() == [len(s) - 1 for s in expected]
 
 
+@pytest.mark.parametrize("size", SIZES)
+def test_ancestor_words_equal_parents_to_mask(size):
+    """The decode loop's fast host-side mask equals the reference packing, bit 31 included."""
+    parents = trees.random_tree(size, torch.Generator().manual_seed(size))
+    assert torch.equal(trees.ancestor_words(parents.tolist()), trees.parents_to_mask(parents))
+    with pytest.raises(ValueError, match="node 2 has parent 2"):
+        trees.ancestor_words([-1, 0, 2])
+
+
 def test_shapes_of_named_trees():
     assert trees.depths(trees.parents_to_mask(trees.chain_tree(40)))[0].tolist() == list(range(40))
     assert trees.depths(trees.parents_to_mask(trees.star_tree(40)))[0].tolist() == [0] + [1] * 39

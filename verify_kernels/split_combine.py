@@ -1,8 +1,20 @@
-"""Merge of split-KV partial outputs for kernels that reuse triton_splitkv's combine kernel."""
+"""Split-KV partial buffers and their merge, for kernels that reuse triton_splitkv's combine kernel."""
 
 from __future__ import annotations
 
+import torch
 import triton
+
+
+def partial_buffers(out: torch.Tensor, kv_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 partial outputs [B * kv_splits * T * H, v_dim] and LSEs for ``out`` [B, T, H, v_dim];
+    with one split the kernel writes ``out`` directly and both are ``out`` (unused)."""
+    if kv_splits == 1:
+        return out, out
+    batch, tree_nodes, heads, v_dim = out.shape
+    rows = batch * kv_splits * tree_nodes * heads
+    return (torch.empty(rows, v_dim, dtype=torch.float32, device=out.device),
+            torch.empty(rows, dtype=torch.float32, device=out.device))
 
 
 def launch_combine(partial_out, partial_lse, out, kv_splits: int) -> None:

@@ -21,9 +21,10 @@ VARIANTS: dict[str, str] = {
     "triton_splitkv": "verify_kernels.triton_splitkv",
     "cuda_coalesced": "verify_kernels.cuda_coalesced",
     "gluon_wgmma": "verify_kernels.gluon_wgmma",
+    "gluon_wgmma_ws": "verify_kernels.gluon_wgmma_ws",
 }
 
-AUTO_PREFERENCE: tuple[str, ...] = ("gluon_wgmma", "triton_splitkv", "cuda_coalesced", "triton_ps1")
+AUTO_PREFERENCE: tuple[str, ...] = ("gluon_wgmma_ws", "gluon_wgmma", "triton_splitkv", "cuda_coalesced", "triton_ps1")
 
 
 def load_variant(name: str) -> ModuleType:

@@ -1,0 +1,380 @@
+"""Variant ``gluon_wgmma_ws``: paged split-KV tree-verify attention on Hopper, warp-specialized (Gluon).
+
+Why a second Hopper kernel: ``gluon_wgmma`` splits S = Q K^T by columns over its two warpgroups,
+so each issues m64n32 wgmma that read all of Q from shared memory per 32 KV rows. At n32 a wgmma
+needs more shared-memory bandwidth than tensor time (3 KB per 16 clocks of math), and both
+warpgroups stop at the same barriers for every softmax. Here the warpgroups have roles, the way
+FlashMLA's first Hopper kernel splits the work:
+
+- warpgroup 0 (the default partition): S = Q K^T of the whole tile (m64nBLOCK_N, balanced
+  shared-memory and tensor time), the online softmax (row reductions inside a warp), hands P and
+  the rescale factor to warpgroup 1 through shared memory, then O[:, :256] += P V[:, :256] with P
+  from registers;
+- warpgroup 1 (the worker partition): copies KV tiles (cp.async, whole rows of a page) into a
+  2-stage ring, and computes O[:, 256:] += P V[:, 256:] with P read from shared memory, so its
+  half of P V overlaps warpgroup 0's next S and softmax.
+
+CTA: 64 query rows (row r = node * H + head of one request) against one KV split, tiles of
+BLOCK_N positions. Shared memory: Q [64, 576], 2 x KV [BLOCK_N, 576], P [64, BLOCK_N], the
+rescale factor and the row sums. Barriers (mbarriers): kv_ready[stage] (cp.async arrivals of the
+loader's 128 threads), kv_free[stage] (both warpgroups done with a stage), p_ready / p_free (the P
+hand-off), sums_ready (the final row sums for warpgroup 1's normalisation).
+
+Positions past the sequence are clamped to its last row when copied and masked to -inf in S; rows
+past T x H are clamped and not stored. kv_splits and the combine are shared with triton_splitkv.
+Hopper only (sm_90); the CPU suite compiles it for sm_90, the GPU suite checks it against the oracle.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from .contract import ProblemShape
+from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
+
+CPU_INTERPRETABLE = False
+PAGE_SIZES = (16, 32, 64)
+CHECK_PAGE_SIZES = (16, 64)
+CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8})
+BLOCK_M = 64
+PARTITION_WARPS = 4  # each partition is one warpgroup; the CTA has 8 warps
+WORKER_REGISTERS = 232
+DEFAULT_CONFIG = {"BLOCK_N": 64, "kv_splits": 0}
+BLOCK_N_CHOICES = (32, 64)
+LOG2E = 1.4426950408889634
+LN2 = gl.constexpr(0.6931471805599453)
+
+
+@gluon.jit
+def _copy_rows(smem, base, rows, row_stride, COLS: gl.constexpr, layout: gl.constexpr):
+    """cp.async of ``COLS`` columns starting at ``base`` of each row in ``rows`` into ``smem``."""
+    cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+    offsets = gl.expand_dims(rows * row_stride, 1) + gl.expand_dims(cols, 0)
+    async_copy.async_copy_global_to_shared(smem, base + offsets)
+
+
+@gluon.jit
+def _pool_rows(table, tile_start, seq_len, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+    """Pool rows of positions [tile_start, +BLOCK_N) of one request, clamped to its last row."""
+    positions = gl.minimum(tile_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout)), seq_len - 1)
+    page = gl.load(table + positions // PAGE_SIZE)
+    return page.to(gl.int64) * PAGE_SIZE + positions % PAGE_SIZE
+
+
+@gluon.jit
+def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, table, tile_start, seq_len, PAGE_SIZE: gl.constexpr,
+               BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
+    """cp.async one KV tile into ``stage``; each thread arrives on kv_ready[stage] when its copies land."""
+    lat_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    lat_rows = _pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, lat_layout)
+    _copy_rows(kv_lat.index(stage), KV, lat_rows, DV + DR, DV, lat_layout)
+    rope_rows = _pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, rope_layout)
+    _copy_rows(kv_rope.index(stage), KV + DV, rope_rows, DV + DR, DR, rope_layout)
+    async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=False)
+
+
+@gluon.jit
+def _softmax_tile(s, m_i, l_i, scale_log2, tile_start, prefix_len, seq_len, mask_rows, row_valid,
+                  BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
+    """Online softmax (fp32, base 2) of one S tile: P, the new running max and sum, and alpha, the
+    factor that rescales O. Only tiles that reach the tree read the ancestor bitmask."""
+    scores = s * scale_log2
+    if tile_start + BLOCK_N > prefix_len:
+        positions = tile_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        in_sequence = positions < seq_len
+        column = positions - prefix_len
+        in_tree = (column >= 0) & in_sequence
+        word_ptrs = gl.expand_dims(mask_rows, 1) + gl.expand_dims(gl.maximum(column, 0) // 32, 0)
+        words = gl.load(word_ptrs, mask=gl.expand_dims(in_tree, 0) & gl.expand_dims(row_valid, 1), other=0)
+        is_ancestor = ((words >> gl.expand_dims(gl.maximum(column, 0) % 32, 0)) & 1) != 0
+        visible = (is_ancestor | gl.expand_dims(column < 0, 0)) & gl.expand_dims(in_sequence, 0)
+        scores = gl.where(visible, scores, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(scores, 1))
+    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row may see nothing in this split
+    alpha = gl.exp2(m_i - m_safe)
+    p = gl.exp2(scores - gl.expand_dims(m_safe, 1))
+    return p, m_new, l_i * alpha + gl.sum(p, 1), alpha
+
+
+@gluon.jit
+def _store_half(acc, sums, m_i, half, row_block, split, request, num_rows, H, Out, PartialOut, PartialLse,
+                stride_ob, stride_ot, stride_oh, WRITE_LSE: gl.constexpr, KV_SPLITS: gl.constexpr,
+                DV: gl.constexpr, o_layout: gl.constexpr):
+    """Normalise and store output columns [half * DV/2, +DV/2) of the block (and the LSE once)."""
+    BLOCK_M: gl.constexpr = 64
+    has_mass = sums > 0
+    out_tile = acc / gl.expand_dims(gl.where(has_mass, sums, 1.0), 1)
+    rows_o = row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
+    cols_o = half * (DV // 2) + gl.arange(0, DV // 2, layout=gl.SliceLayout(0, o_layout))
+    row_valid = gl.expand_dims(rows_o < num_rows, 1)
+    if KV_SPLITS == 1:
+        out_row = request * stride_ob + (rows_o // H) * stride_ot + (rows_o % H) * stride_oh
+        gl.store(Out + gl.expand_dims(out_row, 1) + gl.expand_dims(cols_o, 0), out_tile.to(Out.dtype.element_ty),
+                 mask=row_valid)
+    else:
+        partial_row = (request * KV_SPLITS + split) * num_rows + rows_o
+        gl.store(PartialOut + gl.expand_dims(partial_row.to(gl.int64) * DV, 1) + gl.expand_dims(cols_o, 0),
+                 out_tile, mask=row_valid)
+        if WRITE_LSE:
+            lse = gl.where(has_mass, (m_i + gl.log2(gl.where(has_mass, sums, 1.0))) * LN2, float("-inf"))
+            gl.store(PartialLse + partial_row, lse, mask=rows_o < num_rows)
+
+
+@gluon.jit
+def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready,
+                      p_free, sums_ready, Out, PartialOut, PartialLse, scale_log2, mask_rows_base,
+                      stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, split, request, num_rows, H,
+                      prefix_len, seq_len, start, num_tiles, BLOCK_N: gl.constexpr, DV: gl.constexpr,
+                      KV_SPLITS: gl.constexpr):
+    """Warpgroup 0: S, softmax, the P hand-off, and the left half of O."""
+    BLOCK_M: gl.constexpr = 64
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DV // 2, 16])
+    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_s = row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    mask_rows = mask_rows_base + (gl.minimum(rows_s, num_rows - 1) // H) * stride_mask_t
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
+    for i in range(num_tiles):
+        stage = i % 2
+        mbarrier.wait(kv_ready.index(stage), (i // 2) & 1)
+        fence_async_shared()
+        lat = kv_lat.index(stage)
+        s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, scale_log2, start + i * BLOCK_N, prefix_len, seq_len,
+                                           mask_rows, rows_s < num_rows, BLOCK_N, s_layout)
+        p = p.to(q_lat.dtype)
+        mbarrier.wait(p_free, (i & 1) ^ 1)  # warpgroup 1 has read P(i - 1)
+        p_smem.store(p)
+        alpha_smem.store(alpha)
+        gl.thread_barrier()
+        mbarrier.arrive(p_ready)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        acc = warpgroup_mma(gl.convert_layout(p, p_operand), lat.slice(0, DV // 2, dim=1), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        gl.thread_barrier()
+        mbarrier.arrive(kv_free.index(stage))
+    sums_smem.store(l_i)
+    gl.thread_barrier()
+    mbarrier.arrive(sums_ready)
+    _store_half(acc, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), gl.convert_layout(m_i, gl.SliceLayout(1, o_layout)),
+                0, row_block, split, request, num_rows, H, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
+                True, KV_SPLITS, DV, o_layout)
+
+
+@gluon.jit
+def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
+                      sums_ready, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, row_block,
+                      split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE: gl.constexpr,
+                      BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, KV_SPLITS: gl.constexpr):
+    """Warpgroup 1: the KV tile copies and the right half of O."""
+    BLOCK_M: gl.constexpr = 64
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DV // 2, 16])
+    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
+    _load_tile(kv_lat, kv_rope, kv_ready, 0, KV, table, start, seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
+    if num_tiles > 1:
+        _load_tile(kv_lat, kv_rope, kv_ready, 1, KV, table, start + BLOCK_N, seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
+    for i in range(num_tiles):
+        stage = i % 2
+        mbarrier.wait(p_ready, i & 1)
+        p = p_smem.load(p_operand)
+        alpha = alpha_smem.load(gl.SliceLayout(1, o_layout))
+        gl.thread_barrier()
+        mbarrier.arrive(p_free)
+        mbarrier.wait(kv_ready.index(stage), (i // 2) & 1)
+        fence_async_shared()
+        acc = acc * gl.expand_dims(alpha, 1)
+        acc = warpgroup_mma(p, kv_lat.index(stage).slice(DV // 2, DV // 2, dim=1), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        gl.thread_barrier()
+        mbarrier.arrive(kv_free.index(stage))
+        if i + 2 < num_tiles:
+            mbarrier.wait(kv_free.index(stage), (i // 2) & 1)  # warpgroup 0 is done with it too
+            _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, table, start + (i + 2) * BLOCK_N, seq_len, PAGE_SIZE,
+                       BLOCK_N, DV, DR)
+    mbarrier.wait(sums_ready, 0)
+    sums = sums_smem.load(gl.SliceLayout(1, o_layout))
+    # The running max is only read for the LSE, which warpgroup 0 writes: ``sums`` stands in for it.
+    _store_half(acc, sums, sums, 1, row_block, split, request, num_rows, H, Out, PartialOut, PartialLse, stride_ob,
+                stride_ot, stride_oh, False, KV_SPLITS, DV, o_layout)
+
+
+@gluon.jit
+def _ws_verify_kernel(
+    Q, KV, BlockTable, PrefixLens, TreeMask, PartialOut, PartialLse, Out,
+    scale_log2,
+    stride_qb, stride_qt, stride_qh,
+    stride_table_b,
+    stride_mask_b, stride_mask_t,
+    stride_ob, stride_ot, stride_oh,
+    T, H, split_len,
+    PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
+    KV_SPLITS: gl.constexpr, WORKER_REGS: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = 64
+    dtype: gl.constexpr = KV.dtype.element_ty
+    lat_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+
+    row_block = gl.program_id(0)
+    split = gl.program_id(1)
+    request = gl.program_id(2)
+    num_rows = T * H
+    prefix_len = gl.load(PrefixLens + request)
+    seq_len = prefix_len + T
+    table = BlockTable + request * stride_table_b
+    start = split * split_len
+    end = gl.minimum(start + split_len, seq_len)
+    num_tiles = (gl.maximum(end - start, 0) + BLOCK_N - 1) // BLOCK_N
+
+    q_lat = gl.allocate_shared_memory(dtype, [BLOCK_M, DV], gl.NVMMASharedLayout.get_default_for([BLOCK_M, DV], dtype))
+    q_rope = gl.allocate_shared_memory(dtype, [BLOCK_M, DR], gl.NVMMASharedLayout.get_default_for([BLOCK_M, DR], dtype))
+    kv_lat = gl.allocate_shared_memory(dtype, [2, BLOCK_N, DV],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_N, DV], dtype))
+    kv_rope = gl.allocate_shared_memory(dtype, [2, BLOCK_N, DR],
+                                        gl.NVMMASharedLayout.get_default_for([BLOCK_N, DR], dtype))
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], dtype))
+    alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], row_layout)
+    sums_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], row_layout)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    kv_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    sums_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for stage in gl.static_range(2):
+        mbarrier.init(kv_ready.index(stage), count=32 * 4)  # one cp.async arrival per loader thread
+        mbarrier.init(kv_free.index(stage), count=2)        # one per warpgroup
+    mbarrier.init(p_ready, count=1)
+    mbarrier.init(p_free, count=1)
+    mbarrier.init(sums_ready, count=1)
+
+    # Q rows of this block (clamped to the last row), before the warpgroups part.
+    last_row = num_rows - 1
+    r_lat = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, lat_layout)), last_row)
+    _copy_rows(q_lat, Q + request * stride_qb, (r_lat // H) * stride_qt + (r_lat % H) * stride_qh, 1, DV, lat_layout)
+    r_rope = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rope_layout)), last_row)
+    _copy_rows(q_rope, Q + request * stride_qb + DV, (r_rope // H) * stride_qt + (r_rope % H) * stride_qh, 1, DR,
+               rope_layout)
+    async_copy.commit_group()
+    async_copy.wait_group(0)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    mask_rows_base = TreeMask + request * stride_mask_b
+    gl.warp_specialize([
+        (_scores_partition, (q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free,
+                             p_ready, p_free, sums_ready, Out, PartialOut, PartialLse, scale_log2,
+                             mask_rows_base, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, split, request,
+                             num_rows, H, prefix_len, seq_len, start, num_tiles, BLOCK_N, DV, KV_SPLITS)),
+        (_loader_partition, (kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
+                             sums_ready, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
+                             row_block, split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE, BLOCK_N, DV,
+                             DR, KV_SPLITS)),
+    ], [4], [WORKER_REGS])
+
+
+def unsupported_reason(shape: ProblemShape) -> str | None:
+    if shape.device.type != "cuda":
+        return f"needs a CUDA Hopper GPU (wgmma, sm_90), got {shape.device}"
+    major, minor = torch.cuda.get_device_capability(shape.device)
+    if major != 9:
+        return f"needs a Hopper GPU (wgmma, sm_90), got sm_{major}{minor}"
+    if (shape.head_dim, shape.v_dim) != (576, 512):
+        return f"needs the MLA head (Dqk 576, v_dim 512), got Dqk {shape.head_dim}, v_dim {shape.v_dim}"
+    if shape.page_size not in PAGE_SIZES:
+        return f"page_size must be one of {PAGE_SIZES}, got {shape.page_size}"
+    return None
+
+
+def complete_config(config: dict, shape: ProblemShape) -> dict:
+    """Check BLOCK_N and fill ``kv_splits`` = 0 (auto) from shapes alone."""
+    if config["BLOCK_N"] not in BLOCK_N_CHOICES:
+        raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
+    if not config["kv_splits"]:
+        # One CTA per SM (224 KB of shared memory at BLOCK_N 64): as many splits as fill one wave.
+        splits = choose_kv_splits(shape, BLOCK_M, config["BLOCK_N"], sm_count(shape.device), ctas_per_sm=1,
+                                  one_wave=True)
+        config = {**config, "kv_splits": splits}
+    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
+        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
+    return config
+
+
+def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
+    """Launch the kernel (and the shared combine when kv_splits > 1); ``out`` written in place."""
+    from .split_combine import launch_combine, partial_buffers
+
+    batch, tree_nodes, heads, head_dim = q.shape
+    block_n, kv_splits = config["BLOCK_N"], config["kv_splits"]
+    page_size = kv_cache.shape[1]
+    split_len = triton.cdiv(triton.cdiv(block_table.shape[1] * page_size, kv_splits), block_n) * block_n
+    partial_out, partial_lse = partial_buffers(out, kv_splits)
+    _ws_verify_kernel[(triton.cdiv(tree_nodes * heads, BLOCK_M), kv_splits, batch)](
+        q, kv_cache, block_table, prefix_lens, tree_mask, partial_out, partial_lse, out,
+        sm_scale * LOG2E,
+        q.stride(0), q.stride(1), q.stride(2),
+        block_table.stride(0),
+        tree_mask.stride(0), tree_mask.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        tree_nodes, heads, split_len,
+        PAGE_SIZE=page_size, BLOCK_N=block_n, DV=v_dim, DR=head_dim - v_dim, KV_SPLITS=kv_splits,
+        WORKER_REGS=WORKER_REGISTERS, num_warps=PARTITION_WARPS,
+    )
+    if kv_splits > 1:
+        launch_combine(partial_out, partial_lse, out, kv_splits)
+
+
+def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree_nodes: int = 64, heads: int = 8,
+                 table_pages: int = 2048):
+    """What `vk static` compiles for ``config`` (sm_90 only), specialised like a representative
+    launch (B=1, T=64, H=8, a 128k-token table)."""
+    from harness.static_triton import TritonKernelSpec
+
+    pointer = f"*{dtype}"
+    kv_splits = max(2, config.get("kv_splits") or 2)
+    block_n = config["BLOCK_N"]
+    split_len = -(-(-(-table_pages * page_size // kv_splits)) // block_n) * block_n
+    rows = tree_nodes * heads
+    words = -(-tree_nodes // 32)
+    ints = {"stride_qb": rows * 576, "stride_qt": heads * 576, "stride_qh": 576, "stride_table_b": table_pages,
+            "stride_mask_b": tree_nodes * words, "stride_mask_t": words, "stride_ob": rows * 512,
+            "stride_ot": heads * 512, "stride_oh": 512, "T": tree_nodes, "H": heads, "split_len": split_len}
+    return [TritonKernelSpec(
+        "ws_verify", _ws_verify_kernel,
+        {"Q": pointer, "KV": pointer, "BlockTable": "*i32", "PrefixLens": "*i32", "TreeMask": "*i32",
+         "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
+        {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "KV_SPLITS": kv_splits,
+         "WORKER_REGS": WORKER_REGISTERS},
+        PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,
+    )]
+
+
+def static_resources(config: dict, arch: str):
+    """(kernel name, ResourceUsage) for `vk static`: sm_90 compiles; other arches have no wgmma (LLVM
+    aborts the process rather than raising, so they are refused before compiling)."""
+    if arch != "sm_90":
+        raise ValueError(f"gluon_wgmma_ws needs wgmma (sm_90), which {arch} does not have")
+    from dataclasses import replace
+
+    from harness.static_triton import compile_resources
+
+    # The launch's num_warps is the default partition's; the worker warpgroup adds 4 more warps.
+    return [(spec.name, replace(compile_resources(spec, arch), threads=2 * PARTITION_WARPS * 32))
+            for spec in kernel_specs(config)]
