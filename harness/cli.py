@@ -366,6 +366,13 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--no-graphs", action="store_true", help="eager verify forward instead of CUDA graphs")
     decode.add_argument("--compile-layers", action="store_true",
                         help="torch.compile each layer's two halves around attention (fuses norms, RoPE, SwiGLU)")
+    decode.add_argument("--gemm", choices=["cublas", "splitk"], default="cublas",
+                        help="the layers' weight GEMMs: cuBLAS, or the split-K Triton kernel (harness/splitk_linear.py)")
+    decode.add_argument("--gemm-table", help="split-K configs (JSON from scripts/tune_splitk.py; default: "
+                        "results/tuned/splitk-linear-SKU.json for this GPU if present, else built-in defaults)")
+    decode.add_argument("--pdl", action="store_true",
+                        help="programmatic dependent launches between the compiled layers' kernels and the split-K "
+                        "GEMMs (Hopper+; with --compile-layers --gemm splitk)")
     decode.add_argument("--out", type=Path, help="append JSONL records here")
     decode.add_argument("--json", action="store_true")
     decode.add_argument("--no-progress", action="store_true")

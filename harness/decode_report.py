@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from .decode_run import format_decode_table
+from .decode_run import PADDED_GREEDY, format_decode_table
 from .figures import saved_figure
 from .records import read_records
 
@@ -45,18 +45,26 @@ def markdown(records: list[dict], title: str) -> str:
     best = _best_budget(ok)
     for context, r in sorted(best.items()):
         lines.append(f"- best budget at context {context}: {r['budget']} ({r['tokens_per_s']:.1f} tokens/s; "
-                     f"runs that parted from greedy left out)")
+                     f"runs that parted from their drafter's greedy reference left out)")
     if ok:
         lines += ["", f"Command: `{ok[0].get('command', '')}`", f"Environment: {ok[0].get('environment', {}).get('gpu', '')}"]
     return "\n".join(lines) + "\n"
 
 
+def _off_reference(record: dict) -> bool:
+    """Did the run part from the greedy run its oracle drafter followed (plain greedy, or greedy
+    padded to the budget with --batch-invariant-greedy)? After that the drafter is out of step."""
+    followed = (record.get("lossless_batch_invariant") if record.get("drafter_reference") == PADDED_GREEDY
+                else record.get("lossless"))
+    return bool(followed) and not followed["identical"]
+
+
 def _best_budget(records: list[dict]) -> dict[int, dict]:
-    """Per context, the budget with the most tokens/s among runs still on greedy's path (after
-    parting from it the oracle drafter's reference is out of step and its acceptance meaningless)."""
+    """Per context, the budget with the most tokens/s among runs still on the path of the greedy
+    run their oracle drafter followed (after parting from it, the acceptance is meaningless)."""
     by_context: dict[int, list[dict]] = defaultdict(list)
     for r in records:
-        on_path = not r.get("lossless") or r["lossless"]["identical"]
+        on_path = not _off_reference(r)
         if r.get("variant") != BASELINE and r.get("tokens_per_s") and on_path:
             by_context[r["context"]].append(r)
     return {c: max(rs, key=lambda r: r["tokens_per_s"]) for c, rs in by_context.items()
@@ -104,10 +112,10 @@ def plot_budget(records: list[dict], path: Path) -> None:
             right.plot(budgets, [r["median_step_ms"] for r in rs], marker="o", label=f"context {context}")
             # A run that left greedy's path early leaves the oracle drafter's reference: its acceptance
             # (tokens/s) is not the drafter's calibrated one. Marked with a cross.
-            off_path = [r for r in rs if r.get("lossless") and not r["lossless"]["identical"]]
+            off_path = [r for r in rs if _off_reference(r)]
             left.scatter([r["budget"] for r in off_path], [r["tokens_per_s"] for r in off_path], marker="x", s=80,
                          color=line.get_color(), zorder=3)
-        left.set_title("x: diverged from greedy (oracle out of step)", fontsize=9)
+        left.set_title("x: diverged from the drafter's greedy reference (oracle out of step)", fontsize=9)
         for axis, label in ((left, "tokens/s"), (right, "decode step (ms)")):
             axis.set_xscale("log", base=2)
             axis.set_xlabel("tree budget (nodes)")

@@ -19,6 +19,9 @@ from .mla_model import PRESETS, MLAConfig, MLAModel, load_weights, random_weight
 from .target_runner import TargetRunner
 
 
+PADDED_GREEDY = "greedy padded to the budget"  # the oracle drafter's reference with --batch-invariant-greedy
+
+
 @dataclass
 class DecodeSetup:
     """A model, its cache with the context and prompt in place, and the pending root."""
@@ -31,13 +34,25 @@ class DecodeSetup:
 
 
 def build_model(preset: str, *, seed: int, dtype: torch.dtype, device: str, weights_path: str | None = None,
-                compile_layers: bool = False) -> MLAModel:
+                compile_layers: bool = False, gemm: str = "cublas", gemm_table: str | None = None,
+                pdl: bool = False) -> MLAModel:
     if preset not in PRESETS:
         raise ValueError(f"preset: expected one of {sorted(PRESETS)}, got {preset!r}")
     config = PRESETS[preset]
     weights = (load_weights(weights_path, config, dtype=dtype, device=device) if weights_path
                else random_weights(config, seed=seed, dtype=dtype, device=device))
-    return MLAModel(config, weights, compile_layers=compile_layers)
+    return MLAModel(config, weights, compile_layers=compile_layers, gemm=gemm, gemm_table=gemm_table, pdl=pdl)
+
+
+def default_gemm_table(device: str) -> str | None:
+    """The tuned split-K table of this GPU (results/tuned/splitk-linear-SKU.json), if there is one."""
+    if device != "cuda":
+        return None
+    from .environment import gpu_sku
+    from .splitk_linear import tuned_table_path
+
+    path = tuned_table_path(gpu_sku())
+    return str(path) if path.exists() else None
 
 
 def make_prompt(config: MLAConfig, prompt: list[int] | None, prompt_len: int, seed: int) -> list[int]:
@@ -81,14 +96,19 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
                 use_graphs: bool = True, measure_attention: bool = True,
                 greedy_batch_invariant: DecodeRun | None = None) -> dict:
     """One DDTree run with ``variant``; compared with ``greedy`` (and with the batch-invariant
-    greedy run, forwards padded to the budget) when given."""
+    greedy run, forwards padded to the budget) when given. The oracle drafter follows the
+    batch-invariant run when there is one (the continuation this verify's numerics produce, so a
+    bf16 near-tie that T = 1 greedy breaks the other way does not collapse its acceptance), else
+    ``greedy``."""
     runner = TargetRunner(setup.model, setup.cache, attention=variant, use_graphs=use_graphs)
-    reference = setup.history + greedy.tokens if greedy is not None else None
+    followed = greedy_batch_invariant if greedy_batch_invariant is not None else greedy
+    reference = setup.history + followed.tokens if followed is not None else None
     drafter = make_drafter(drafter_name, reference=reference, vocab=setup.config.vocab, seed=seed)
     run = ddtree_decode(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size,
                         temperature=temperature, seed=seed)
     summary = run.summary()
     result = {"variant": variant, "kernel": runner.kernel(budget), "drafter": drafter_name, "budget": budget,
+              "drafter_reference": PADDED_GREEDY if greedy_batch_invariant is not None else "greedy",
               "block_size": block_size, "temperature": temperature, "graphs": runner.use_graphs, **summary,
               "steps_detail": run.step_dicts()}
     if measure_attention:
@@ -141,8 +161,9 @@ def run_matrix(args, command: str) -> list[dict]:
     if device == "cpu" and any(v != "reference" for v in variants_):
         raise SystemExit("vk decode: on the CPU only --variants reference (the float64 oracle; the kernels "
                          "are bf16/fp16 and GPU-only outside the interpreter)")
+    gemm_table = args.gemm_table or (default_gemm_table(device) if args.gemm == "splitk" else None)
     model = build_model(args.preset, seed=args.seed, dtype=dtype, device=device, weights_path=args.weights,
-                        compile_layers=args.compile_layers)
+                        compile_layers=args.compile_layers, gemm=args.gemm, gemm_table=gemm_table, pdl=args.pdl)
     prompt = make_prompt(model.config, args.prompt, args.prompt_len, args.seed)
     reference_variant = args.greedy_variant or variants_[-1]
     need_greedy = args.check_lossless or args.drafter == "oracle"
@@ -173,11 +194,12 @@ def run_matrix(args, command: str) -> list[dict]:
                 if args.batch_invariant_greedy and args.temperature == 0 and budget not in padded_greedy:
                     padded_greedy[budget] = greedy_reference(
                         setup_for(page_size_for(reference_variant, args.page_size)), variant=reference_variant,
-                        new_tokens=args.new_tokens, use_graphs=not args.no_graphs, rows=budget)
+                        new_tokens=args.new_tokens + args.block_size, use_graphs=not args.no_graphs, rows=budget)
                 payload = {"preset": args.preset, "context": context, "prompt_len": len(prompt),
                            "page_size": setup.cache.page_size, "dtype": str(dtype).removeprefix("torch."),
                            "device": device, "new_tokens_requested": args.new_tokens, "seed": args.seed,
-                           "compile_layers": args.compile_layers}
+                           "compile_layers": args.compile_layers, "gemm": {"kind": args.gemm, "table": gemm_table},
+                           "pdl": args.pdl}
                 if greedy is not None:
                     payload["greedy"] = {"variant": reference_variant, "seconds": greedy.seconds,
                                          "tokens_per_s": len(greedy.tokens) / greedy.seconds,

@@ -74,7 +74,17 @@ def layer_shapes(config: MLAConfig) -> dict[str, tuple[int, ...]]:
     }
 
 
+def weight_gemms(config: MLAConfig) -> dict[str, tuple[int, int]]:
+    """(N, K) of each layer's weight GEMM as ``MLAModel`` runs them (q_a and kv_a as one, gate and
+    up as one): what ``gemm="splitk"`` sends through harness/splitk_linear.py."""
+    c = config
+    return {"qkv_a": (c.q_lora + c.latent_dim, c.hidden), "q_b": (c.heads * (c.nope + c.rope), c.q_lora),
+            "o_proj": (c.hidden, c.heads * c.v), "gate_up": (2 * c.intermediate, c.hidden),
+            "down": (c.hidden, c.intermediate)}
+
+
 HEAD_ROW_SIGMA = 1.0
+GEMMS = ("cublas", "splitk")
 
 
 def random_weights(config: MLAConfig, *, seed: int, dtype: torch.dtype, device,
@@ -179,13 +189,18 @@ def apply_rope(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2).to(x.dtype)
 
 
-def attention_inputs(hidden: torch.Tensor, layer: dict, rotations: torch.Tensor, c: MLAConfig):
+def matmul_t(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x @ w.T (cuBLAS on the GPU): the default ``linear`` of the layer functions."""
+    return x @ w.T
+
+
+def attention_inputs(hidden: torch.Tensor, layer: dict, rotations: torch.Tensor, c: MLAConfig, linear=matmul_t):
     """One layer up to attention: the absorbed query [T, H, kv_lora + rope] and the new latent rows
-    [T, kv_lora + rope] (normed latent, rotated rope part)."""
+    [T, kv_lora + rope] (normed latent, rotated rope part). ``linear(x, w)`` = x @ w.T."""
     count = hidden.shape[0]
     x = rms_norm(hidden, layer["attn_norm"], c.eps)
-    q_a, kv = (x @ layer["qkv_a"].T).split([c.q_lora, c.latent_dim], dim=-1)
-    q = (rms_norm(q_a, layer["q_norm"], c.eps) @ layer["q_b"].T).view(count, c.heads, c.nope + c.rope)
+    q_a, kv = linear(x, layer["qkv_a"]).split([c.q_lora, c.latent_dim], dim=-1)
+    q = linear(rms_norm(q_a, layer["q_norm"], c.eps), layer["q_b"]).view(count, c.heads, c.nope + c.rope)
     q_latent = torch.einsum("thn,hnc->thc", q[..., :c.nope], layer["w_uk"])
     q_full = torch.cat([q_latent, apply_rope(q[..., c.nope:], rotations)], dim=-1)
     rows = torch.cat([rms_norm(kv[:, :c.kv_lora], layer["kv_norm"], c.eps),
@@ -193,14 +208,15 @@ def attention_inputs(hidden: torch.Tensor, layer: dict, rotations: torch.Tensor,
     return q_full, rows
 
 
-def layer_output(hidden: torch.Tensor, latent_out: torch.Tensor, layer: dict, c: MLAConfig) -> torch.Tensor:
+def layer_output(hidden: torch.Tensor, latent_out: torch.Tensor, layer: dict, c: MLAConfig,
+                 linear=matmul_t) -> torch.Tensor:
     """One layer after attention: W_UV, o_proj and the residual, then the SwiGLU MLP and its residual."""
     count = hidden.shape[0]
     heads_out = torch.einsum("thc,hvc->thv", latent_out.to(hidden.dtype), layer["w_uv"])
-    hidden = hidden + heads_out.reshape(count, c.heads * c.v) @ layer["o_proj"].T
+    hidden = hidden + linear(heads_out.reshape(count, c.heads * c.v), layer["o_proj"])
     x = rms_norm(hidden, layer["mlp_norm"], c.eps)
-    gate, up = (x @ layer["gate_up"].T).split([c.intermediate, c.intermediate], dim=-1)
-    return hidden + (torch.nn.functional.silu(gate) * up) @ layer["down"].T
+    gate, up = linear(x, layer["gate_up"]).split([c.intermediate, c.intermediate], dim=-1)
+    return hidden + linear(torch.nn.functional.silu(gate) * up, layer["down"])
 
 
 class MLAModel:
@@ -208,18 +224,40 @@ class MLAModel:
     through ``attention(q [1, T, H, 576], layer) -> [1, T, H, 512]`` (the verify kernel, bound to the
     pool, block table, prefix lengths and tree mask by the caller)."""
 
-    def __init__(self, config: MLAConfig, weights: dict, *, compile_layers: bool = False):
+    def __init__(self, config: MLAConfig, weights: dict, *, compile_layers: bool = False, gemm: str = "cublas",
+                 gemm_table: str | None = None, pdl: bool = False):
         """``compile_layers``: run the two halves of every layer (before and after attention)
         through torch.compile, which fuses their norms, RoPE, SwiGLU and residuals into a few
-        kernels (the GEMMs stay cuBLAS). Shapes are marked dynamic after the first recompile, so
-        the tree-size buckets share one compiled graph."""
+        kernels (the GEMMs stay opaque calls). Shapes are marked dynamic after the first recompile,
+        so the tree-size buckets share one compiled graph.
+
+        ``gemm``: "cublas" (x @ w.T) or "splitk" (the layers' five weight GEMMs through
+        harness/splitk_linear.py where it applies, with the configs of ``gemm_table``, a tuned JSON
+        file, or its defaults). The einsums with W_UK / W_UV and the LM head stay cuBLAS.
+
+        ``pdl`` (Hopper and later): programmatic dependent launches between the compiled layers'
+        Triton kernels and the split-K GEMMs, so a kernel launches, and a GEMM starts pulling its
+        weights into L2, while the kernel before it finishes."""
+        if gemm not in GEMMS:
+            raise ValueError(f"gemm: expected one of {GEMMS}, got {gemm!r}")
+        if pdl:
+            import torch._inductor.config as inductor_config
+        if pdl and not hasattr(inductor_config.triton, "enable_pdl"):
+            raise ValueError(f"pdl: this torch ({torch.__version__}) has no Inductor option triton.enable_pdl")
         self.config = config
         self.weights = weights
+        self.gemm = gemm
+        if gemm == "splitk":
+            from .splitk_linear import SplitKLinear
+            self._linear = SplitKLinear(gemm_table, pdl=pdl)
+        else:
+            self._linear = matmul_t
         self._mm_out_dtype: bool | None = None
         self._head_float32: torch.Tensor | None = None
         if compile_layers:
-            self._attention_inputs = torch.compile(attention_inputs, fullgraph=True)
-            self._layer_output = torch.compile(layer_output, fullgraph=True)
+            options = {"triton.enable_pdl": True} if pdl else None
+            self._attention_inputs = torch.compile(attention_inputs, fullgraph=True, options=options)
+            self._layer_output = torch.compile(layer_output, fullgraph=True, options=options)
         else:
             self._attention_inputs, self._layer_output = attention_inputs, layer_output
         for layer in weights["layers"]:  # one GEMM for q_a and kv_a, one for gate and up (row views)
@@ -235,10 +273,10 @@ class MLAModel:
         hidden = w["embed"][tokens]
         rotations = rope_tables(positions, c.rope, c.rope_theta)
         for index, layer in enumerate(w["layers"]):
-            q_full, rows = self._attention_inputs(hidden, layer, rotations, c)
+            q_full, rows = self._attention_inputs(hidden, layer, rotations, c, self._linear)
             write_rows(index, rows)
             latent_out = attention(q_full[None], index)[0]  # [T, H, kv_lora]
-            hidden = self._layer_output(hidden, latent_out, layer, c)
+            hidden = self._layer_output(hidden, latent_out, layer, c, self._linear)
         return rms_norm(hidden, w["final_norm"], c.eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,7 @@
 For each context: the verify forward over a budget-sized bucket, timed as the decode loop runs it
 (CUDA-graph replay, events), then the same forward eager under torch.profiler (the kernels a graph
 replays are the ones the eager forward launches). Kernels are grouped into attention (the verify
-kernel and its combine), GEMMs (cuBLAS), fused elementwise (Inductor's Triton kernels) and memory
+kernel and its combine), GEMMs (cuBLAS, or the split-K kernel with --gemm splitk), fused elementwise (Inductor's Triton kernels) and memory
 ops (index/copy/cat); the gap between the graph's time and the kernels' sum is what launches and
 dependencies between kernels cost inside the graph. The weight floor (weight bytes over the
 measured copy bandwidth) is printed beside the GEMM time.
@@ -24,13 +24,13 @@ import torch
 from tabulate import tabulate
 
 from harness.cli import _int_list
-from harness.decode_run import build_model, build_setup, floor_ms, make_prompt
+from harness.decode_run import build_model, build_setup, default_gemm_table, floor_ms, make_prompt
 from harness.records import make_record
 from harness.target_runner import TargetRunner
 
 CATEGORIES = (  # first match wins
     ("attention", re.compile(r"verify|combine", re.I)),
-    ("gemm", re.compile(r"gemm|gemv|nvjet|cutlass|xmma|sm90_|splitKreduce", re.I)),
+    ("gemm", re.compile(r"gemm|gemv|nvjet|cutlass|xmma|sm90_|splitK", re.I)),
     ("fused elementwise", re.compile(r"^triton_", re.I)),
     ("memory ops", re.compile(r"index|scatter|gather|copy|cat|fill", re.I)),
 )
@@ -101,18 +101,23 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", default="auto")
     parser.add_argument("--page-size", type=int, default=64)
     parser.add_argument("--compile-layers", action="store_true")
+    parser.add_argument("--gemm", choices=["cublas", "splitk"], default="cublas")
+    parser.add_argument("--pdl", action="store_true", help="programmatic dependent launches (see vk decode --pdl)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (it profiles the bf16 verify forward)")
-    model = build_model(args.preset, seed=0, dtype=torch.bfloat16, device="cuda", compile_layers=args.compile_layers)
+    gemm_table = default_gemm_table("cuda") if args.gemm == "splitk" else None
+    model = build_model(args.preset, seed=0, dtype=torch.bfloat16, device="cuda", compile_layers=args.compile_layers,
+                        gemm=args.gemm, gemm_table=gemm_table, pdl=args.pdl)
     prompt = make_prompt(model.config, None, 16, 0)
     rows = [profile_context(model, prompt, context=c, budget=args.budget, variant=args.variant,
                             page_size=args.page_size) for c in args.context]
     if args.out:
         with open(args.out, "w") as handle:
             json.dump(make_record("verify_profile", {"preset": args.preset, "compile_layers": args.compile_layers,
-                                                     "rows": rows}), handle, indent=1, default=str)
+                                                     "gemm": {"kind": args.gemm, "table": gemm_table},
+                                                     "pdl": args.pdl, "rows": rows}), handle, indent=1, default=str)
     for row in rows:
         floor = row["floor"] or {}
         print(f"\ncontext {row['context']}, budget {row['budget']}, {row['variant']}: graph replay "
