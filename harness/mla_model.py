@@ -242,8 +242,9 @@ class MLAModel:
             raise ValueError(f"gemm: expected one of {GEMMS}, got {gemm!r}")
         if pdl:
             import torch._inductor.config as inductor_config
-        if pdl and not hasattr(inductor_config.triton, "enable_pdl"):
-            raise ValueError(f"pdl: this torch ({torch.__version__}) has no Inductor option triton.enable_pdl")
+
+            if not hasattr(inductor_config.triton, "enable_pdl"):
+                raise ValueError(f"pdl: this torch ({torch.__version__}) has no Inductor option triton.enable_pdl")
         self.config = config
         self.weights = weights
         self.gemm = gemm

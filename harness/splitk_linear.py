@@ -1,7 +1,7 @@
 """y = x @ w.T for the decode model's skinny GEMMs (x [M <= 64, K], w [N, K]), bandwidth-bound:
 a Triton split-K kernel whose last CTA per column tile reduces the partials in a fixed order.
 
-cuBLAS runs these shapes (M = the tree budget, N and K in the thousands) at 55-60% of HBM
+cuBLAS runs these shapes (M = the tree budget, N and K in the thousands) at 51-67% of the copy
 bandwidth on the H200, with a separate split-K reduction kernel for two of them. Here:
 - grid (N / BLOCK_N, splits): CTA (n, s) streams the weight tile w[n*BLOCK_N : +BLOCK_N, K range s]
   and the matching columns of x, and computes acc [BLOCK_N, BLOCK_M] = w_tile @ x_tile.T (the
@@ -13,8 +13,12 @@ bandwidth on the H200, with a separate split-K reduction kernel for two of them.
 The partials stay in L2 (splits * M * N * 4 bytes, a few MB); only the weights stream from HBM.
 
 Per shape, the tile and split configuration comes from a tuned table (``scripts/tune_splitk.py``,
-stored with provenance under results/tuned/) or a default that fills the SMs. ``linear`` falls
-back to ``x @ w.T`` off the GPU, for M > 64 and for dtypes other than bf16/fp16.
+stored with provenance under results/tuned/) or a default that fills the SMs. The op
+``splitk_linear`` falls back to ``x @ w.T`` off the GPU, for M > 64 and for dtypes other than
+bf16/fp16.
+
+Measured on the H200 (results/README.md): it ties cuBLAS at M = 64 (0.88-1.02x per GEMM) and wins
+at M = 1 (1.0-1.55x); the decode at 185k did not get faster, so the model's default stays cuBLAS.
 """
 
 from __future__ import annotations
@@ -141,10 +145,14 @@ def splitk_matmul(x: torch.Tensor, w: torch.Tensor, config: SplitKConfig, out: t
     N = w.shape[0]
     if not 1 <= M <= MAX_ROWS:
         raise ValueError(f"splitk_matmul: expected 1 <= M <= {MAX_ROWS} rows, got {M}")
-    if x.dtype != w.dtype:
-        raise ValueError(f"splitk_matmul: x and w dtypes differ: {x.dtype} and {w.dtype}")
+    if x.dtype != w.dtype or x.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"splitk_matmul: expected x and w both bfloat16 or both float16, got {x.dtype} and {w.dtype}")
     if pdl and not (x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9):
         raise ValueError("splitk_matmul: pdl=True needs a CUDA GPU of compute capability 9.0 or later")
+    if pdl and (w.data_ptr() % 16 or w.stride(0) % 8 or K % 8):
+        # the bulk L2 prefetch of each weight row needs 16-byte aligned starts and lengths
+        raise ValueError(f"splitk_matmul: pdl=True needs w 16-byte aligned with row stride and K multiples of 8 "
+                         f"elements, got address % 16 = {w.data_ptr() % 16}, stride {w.stride(0)}, K {K}")
     x = x if x.stride(1) == 1 else x.contiguous()
     w = w if w.stride(1) == 1 else w.contiguous()
     BLOCK_M = block_rows(M)

@@ -3,8 +3,8 @@ block, beside cuBLAS, on the GPU at hand.
 
 For each weight GEMM of the preset's layers (qkv_a, q_b, o_proj, gate_up, down: w [N, K]) and each
 row count M in --rows (one per BLOCK_M: 16, 32, 64): every tile config of the grid below x every
-split count that gives 0.5 to 8 CTAs per SM, each checked against float64 first (an error over 4x
-cuBLAS's stops the run), then timed by CUDA-graph replay (harness/timing.py) with the weights cold:
+split count that gives 0.5 to 8 CTAs per SM, each checked against float64 first (a config whose
+error exceeds 4x cuBLAS's fails the run once its shape is done), then timed by CUDA-graph replay (harness/timing.py) with the weights cold:
 the graph cycles through copies of w that together exceed 3x the L2, as the decode streams every
 layer's weights once. (An L2 flush by memset leaves the L2 full of dirty lines whose write-back
 competes with a bandwidth-bound kernel: it understated these GEMMs by 20-30%.) cuBLAS (x @ w.T)

@@ -71,8 +71,10 @@ def test_bad_arguments_raise_with_the_argument_named():
         splitk_matmul(torch.zeros(MAX_ROWS + 1, 64, dtype=DTYPE, device=DEVICE), w, SplitKConfig())
     with pytest.raises(ValueError, match=r"x \[M, K\] and w \[N, K\]"):
         splitk_matmul(x, w[:, :32], SplitKConfig())
-    with pytest.raises(ValueError, match="dtypes differ"):
+    with pytest.raises(ValueError, match="both bfloat16 or both float16"):
         splitk_matmul(x, w.float(), SplitKConfig())
+    with pytest.raises(ValueError, match="both bfloat16 or both float16"):
+        splitk_matmul(x.float(), w.float(), SplitKConfig())
 
 
 def test_table_picks_by_row_block_and_falls_back_to_defaults(tmp_path):
@@ -108,6 +110,15 @@ def test_model_with_splitk_gemms_matches_cublas_on_cpu():
     assert torch.equal(outputs[0], outputs[1])
     with pytest.raises(ValueError, match="gemm: expected one of"):
         MLAModel(config, random_weights(config, seed=0, dtype=torch.float32, device="cpu"), gemm="cutlass")
+
+
+@pytest.mark.gpu
+def test_pdl_refuses_rows_the_bulk_prefetch_cannot_take():
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs compute capability 9.0+")
+    x, w = padded_operands(4, 64, 100, seed=2)  # K = 100: a row's length is not a multiple of 16 bytes
+    with pytest.raises(ValueError, match="pdl=True needs w 16-byte aligned"):
+        splitk_matmul(x, w, SplitKConfig(BLOCK_N=64, BLOCK_K=64, splits=2), pdl=True)
 
 
 @pytest.mark.gpu
