@@ -18,7 +18,7 @@ stored with provenance under results/tuned/) or a default that fills the SMs. Th
 bf16/fp16.
 
 Measured on the H200 (results/README.md): it ties cuBLAS at M = 64 (0.88-1.02x per GEMM) and wins
-at M = 1 (1.0-1.55x); the decode at 185k did not get faster, so the model's default stays cuBLAS.
+at M = 1 on three of five (0.95-1.55x); the decode at 185k did not get faster, so the model's default stays cuBLAS.
 """
 
 from __future__ import annotations
