@@ -168,12 +168,45 @@ def splitk_matmul(x: torch.Tensor, w: torch.Tensor, config: SplitKConfig, out: t
     return y
 
 
-def default_config(N: int, K: int, sm_count: int) -> SplitKConfig:
-    """BLOCK_N 128 x BLOCK_K 128, and the fewest splits that give every SM a CTA."""
-    base = SplitKConfig()
+H100_SMEM_PER_BLOCK = 227 * 1024
+
+
+def shared_bytes(config: SplitKConfig, block_m: int, element_bytes: int = 2) -> int:
+    """Shared memory of the copy pipeline: num_stages buffers of the weight tile [BLOCK_N, BLOCK_K]
+    and the x tile [BLOCK_K, BLOCK_M] (what Triton 3.6 allocates for this kernel on sm_90)."""
+    return config.num_stages * (config.BLOCK_N + block_m) * config.BLOCK_K * element_bytes
+
+
+def default_config(N: int, K: int, sm_count: int, block_m: int = MAX_ROWS,
+                   smem_per_block: int = H100_SMEM_PER_BLOCK) -> SplitKConfig:
+    """BLOCK_N 128 with the deepest copy pipeline that fits ``smem_per_block`` (BLOCK_K 128 with 3-4
+    stages, else BLOCK_K 64 with 2-4: on a 99 KB sm_120 block too), and the fewest splits that
+    give every SM a CTA."""
+    fitting = [SplitKConfig(BLOCK_K=block_k, num_stages=stages)
+               for block_k, stage_options in ((128, (4, 3)), (64, (4, 3, 2)))
+               for stages in stage_options]
+    base = next((c for c in fitting if shared_bytes(c, block_m) + 1024 <= smem_per_block), None)
+    if base is None:
+        raise ValueError(f"splitk default config: no tile fits {smem_per_block} bytes of shared memory per block")
     tiles = triton.cdiv(N, base.BLOCK_N)
     splits = max(1, min(triton.cdiv(sm_count, tiles), triton.cdiv(K, base.BLOCK_K)))
-    return SplitKConfig(splits=splits)
+    return SplitKConfig(BLOCK_N=base.BLOCK_N, BLOCK_K=base.BLOCK_K, splits=splits, num_stages=base.num_stages)
+
+
+def kernel_spec(config: SplitKConfig, block_m: int, N: int, K: int, pdl: bool = False):
+    """The launch of ``config`` as harness/static_triton.py compiles it offline (bf16, x and w
+    contiguous, the launcher's specialisation for these N and K)."""
+    from .static_triton import TritonKernelSpec
+
+    k_per_split, splits = split_plan(K, config)
+    return TritonKernelSpec(
+        "splitk_linear", _splitk_kernel,
+        {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32", "count_ptr": "*i32"},
+        {"BLOCK_M": block_m, "BLOCK_N": config.BLOCK_N, "BLOCK_K": config.BLOCK_K, "EVEN_N": N % config.BLOCK_N == 0,
+         "EVEN_K": K % config.BLOCK_K == 0, "PDL": pdl},
+        config.num_warps, config.num_stages, float_args=(),
+        int_values={"M": block_m, "N": N, "K": K, "stride_xm": K, "stride_wn": K, "stride_ym": N,
+                    "k_per_split": k_per_split, "splits": splits})
 
 
 class SplitKTable:
@@ -188,8 +221,9 @@ class SplitKTable:
             for entry in data["configs"]:
                 self._configs[(entry["block_m"], entry["n"], entry["k"])] = SplitKConfig(**entry["config"])
 
-    def config(self, M: int, N: int, K: int, sm_count: int) -> SplitKConfig:
-        return self._configs.get((block_rows(M), N, K)) or default_config(N, K, sm_count)
+    def config(self, M: int, N: int, K: int, sm_count: int, smem_per_block: int = H100_SMEM_PER_BLOCK) -> SplitKConfig:
+        return (self._configs.get((block_rows(M), N, K))
+                or default_config(N, K, sm_count, block_rows(M), smem_per_block))
 
 
 def tuned_table_path(gpu_sku: str) -> Path:
@@ -203,8 +237,10 @@ def _table(path: str) -> SplitKTable:
 
 
 @functools.lru_cache(maxsize=None)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
+def _device_limits(device: torch.device) -> tuple[int, int]:
+    """(SM count, opt-in shared memory per block) of a CUDA device."""
+    properties = torch.cuda.get_device_properties(device)
+    return properties.multi_processor_count, properties.shared_memory_per_block_optin
 
 
 @torch.library.custom_op("vk_decode::splitk_linear", mutates_args=())
@@ -216,7 +252,7 @@ def splitk_linear(x: torch.Tensor, w: torch.Tensor, table: str, pdl: bool = Fals
     M, K = x.shape
     if not x.is_cuda or x.dtype not in (torch.bfloat16, torch.float16) or M > MAX_ROWS:
         return x @ w.T
-    config = _table(table).config(M, w.shape[0], K, _sm_count(x.device))
+    config = _table(table).config(M, w.shape[0], K, *_device_limits(x.device))
     return splitk_matmul(x, w, config, pdl=pdl)
 
 

@@ -2,13 +2,16 @@
 uneven splits and tails; its ticket counters and determinism; the config table; the model wiring."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from conftest import DEVICE, HAS_CUDA
-from harness.splitk_linear import (MAX_ROWS, SplitKConfig, SplitKTable, block_rows, default_config, split_plan,
-                                   splitk_linear, splitk_matmul)
+from harness.splitk_linear import (H100_SMEM_PER_BLOCK, MAX_ROWS, SplitKConfig, SplitKTable, block_rows,
+                                   default_config, shared_bytes, split_plan, splitk_linear, splitk_matmul)
 
 # the interpreter has no bfloat16 (numpy); fp16 exercises the same code
 DTYPE = torch.bfloat16 if HAS_CUDA else torch.float16
@@ -85,9 +88,55 @@ def test_table_picks_by_row_block_and_falls_back_to_defaults(tmp_path):
     assert table.config(64, 4608, 7168, 132) == tuned
     assert table.config(40, 4608, 7168, 132) == tuned  # 40 rows run in the 64-row block
     assert block_rows(1) == 16 and block_rows(17) == 32
-    assert table.config(16, 4608, 7168, 132) == default_config(4608, 7168, 132)
+    assert table.config(16, 4608, 7168, 132) == default_config(4608, 7168, 132, 16)
     default = default_config(4608, 7168, 132)
     assert -(-4608 // default.BLOCK_N) * default.splits >= 132
+
+
+SM120_SMEM_PER_BLOCK = 99 * 1024
+
+
+@pytest.mark.parametrize("smem", [H100_SMEM_PER_BLOCK, SM120_SMEM_PER_BLOCK])
+@pytest.mark.parametrize("block_m", [16, 32, 64])
+def test_default_config_fits_the_blocks_shared_memory(smem, block_m):
+    config = default_config(4608, 7168, 188, block_m, smem)
+    assert shared_bytes(config, block_m) + 1024 <= smem
+    assert config.num_stages >= 3  # a real copy pipeline, also in 99 KB
+    if smem == H100_SMEM_PER_BLOCK:
+        assert (config.BLOCK_K, config.num_stages) == (128, 4)
+    with pytest.raises(ValueError, match="no tile fits"):
+        default_config(4608, 7168, 132, block_m, 16 * 1024)
+
+
+def test_default_configs_compile_offline_for_sm90_and_sm120():
+    """The default configs, compiled without a GPU (Triton's compiler and ptxas, the launcher's
+    specialisation), fit each arch's shared memory per block without spills, and the estimate
+    ``default_config`` uses is what Triton allocates; on sm_90 also with PDL (griddepcontrol and the
+    bulk L2 prefetch)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = """
+import json
+from harness.splitk_linear import default_config, kernel_spec, shared_bytes
+from harness.static_model import infeasibility
+from harness.static_triton import compile_resources
+rows = []
+for arch, smem, pdl in (("sm_90", 227 * 1024, True), ("sm_120", 99 * 1024, False)):
+    for block_m in (16, 64):
+        for n, k in ((4608, 7168), (1536, 1536)):
+            config = default_config(n, k, 132, block_m, smem)
+            usage = compile_resources(kernel_spec(config, block_m, n, k, pdl=pdl), arch)
+            rows.append({"arch": arch, "block_m": block_m, "shared": usage.shared_bytes,
+                         "estimate": shared_bytes(config, block_m), "spills": usage.spill_store_bytes,
+                         "reason": infeasibility(usage, arch)})
+print(json.dumps(rows))
+"""
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    rows = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert len(rows) == 8
+    for row in rows:
+        assert row["reason"] is None and row["spills"] == 0, row
+        assert row["shared"] <= row["estimate"] + 1024, row
 
 
 def test_op_falls_back_to_torch_off_the_gpu_path():
