@@ -108,7 +108,8 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
                         temperature=temperature, seed=seed)
     summary = run.summary()
     result = {"variant": variant, "kernel": runner.kernel(budget), "drafter": drafter_name, "budget": budget,
-              "drafter_reference": PADDED_GREEDY if greedy_batch_invariant is not None else "greedy",
+              "drafter_reference": None if drafter_name != "oracle" else (
+                  PADDED_GREEDY if greedy_batch_invariant is not None else "greedy"),
               "block_size": block_size, "temperature": temperature, "graphs": runner.use_graphs, **summary,
               "steps_detail": run.step_dicts()}
     if measure_attention:

@@ -309,3 +309,35 @@ def test_path_noise_script_in_float32(tmp_path):
     for row in rows:
         assert len(row["deltas"]) == 10 and row["disagreements"] == [] and all(row["agree"])
         assert row["max_delta"] < 1e-3 * max(1.0, row["median_margin"]), row
+
+
+def test_best_budget_judges_each_run_against_the_greedy_run_its_drafter_followed():
+    """With --batch-invariant-greedy the oracle drafter follows the padded greedy run: a run that
+    parts from T = 1 greedy at a near-tie but matches the padded run stays in the best-budget
+    choice; a run that parts from the run its drafter followed is left out."""
+    from harness.decode_report import _best_budget
+    from harness.decode_run import PADDED_GREEDY
+
+    same, parted = {"identical": True}, {"identical": False, "first_divergence": 2}
+    records = [
+        {"context": 1, "variant": "auto", "budget": 16, "tokens_per_s": 100.0, "lossless": same},
+        {"context": 1, "variant": "auto", "budget": 32, "tokens_per_s": 300.0, "lossless": parted,
+         "drafter_reference": PADDED_GREEDY, "lossless_batch_invariant": same},
+        {"context": 1, "variant": "auto", "budget": 64, "tokens_per_s": 500.0, "lossless": same,
+         "drafter_reference": PADDED_GREEDY, "lossless_batch_invariant": parted},
+        {"context": 1, "variant": "auto", "budget": 128, "tokens_per_s": 900.0, "lossless": parted,
+         "drafter_reference": "greedy"},
+    ]
+    assert _best_budget(records)[1]["budget"] == 32
+
+
+def test_oracle_drafter_follows_the_padded_greedy_run_when_given(tmp_path):
+    out = tmp_path / "decode.jsonl"
+    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
+                                "--context", "20", "--budget", "8", "--new-tokens", "10", "--page-size", "16",
+                                "--batch-invariant-greedy", "--check-lossless", "--no-progress", "--out", str(out)],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    record = json.loads(out.read_text().splitlines()[-1])
+    assert record["drafter_reference"] == "greedy padded to the budget"
+    assert record["lossless"]["identical"] and record["lossless_batch_invariant"]["identical"]  # float32 CPU
