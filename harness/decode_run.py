@@ -195,7 +195,8 @@ def run_matrix(args, command: str) -> list[dict]:
                 if args.batch_invariant_greedy and args.temperature == 0 and budget not in padded_greedy:
                     padded_greedy[budget] = greedy_reference(
                         setup_for(page_size_for(reference_variant, args.page_size)), variant=reference_variant,
-                        new_tokens=args.new_tokens + args.block_size, use_graphs=not args.no_graphs, rows=budget)
+                        new_tokens=args.new_tokens + (args.block_size if args.drafter == "oracle" else 0),
+                        use_graphs=not args.no_graphs, rows=budget)  # the oracle drafts a block past the end
                 payload = {"preset": args.preset, "context": context, "prompt_len": len(prompt),
                            "page_size": setup.cache.page_size, "dtype": str(dtype).removeprefix("torch."),
                            "device": device, "new_tokens_requested": args.new_tokens, "seed": args.seed,

@@ -75,11 +75,16 @@ def candidates(variant: str, arch: str) -> list[Candidate]:
 def kernel_source_hash(variant: str) -> str:
     """sha256 (first 16 hex) of what a variant's compiled kernels depend on: its module, the shared
     Triton helpers and the CUDA sources. Static results stay valid while this does not change."""
-    import hashlib
-
     module = variants.load_variant(variant)
     root = Path(module.__file__).parent
-    paths = [Path(module.__file__), root / "triton_dot.py", root / "triton_common.py", *sorted(root.glob("cuda/*.cu"))]
+    return source_digest([Path(module.__file__), root / "triton_dot.py", root / "triton_common.py",
+                          *sorted(root.glob("cuda/*.cu"))])
+
+
+def source_digest(paths: list[Path]) -> str:
+    """sha256 (first 16 hex) of files' names and contents, in order."""
+    import hashlib
+
     digest = hashlib.sha256()
     for path in paths:
         digest.update(path.name.encode() + path.read_bytes())

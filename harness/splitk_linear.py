@@ -32,6 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
+from verify_kernels.splits import sm_count
+
 MAX_ROWS = 64
 PREFETCH_STEPS = tl.constexpr(4)
 
@@ -237,10 +239,9 @@ def _table(path: str) -> SplitKTable:
 
 
 @functools.lru_cache(maxsize=None)
-def _device_limits(device: torch.device) -> tuple[int, int]:
-    """(SM count, opt-in shared memory per block) of a CUDA device."""
-    properties = torch.cuda.get_device_properties(device)
-    return properties.multi_processor_count, properties.shared_memory_per_block_optin
+def _smem_per_block(device: torch.device) -> int:
+    """Opt-in shared memory per block of a CUDA device."""
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
 
 
 @torch.library.custom_op("vk_decode::splitk_linear", mutates_args=())
@@ -252,7 +253,7 @@ def splitk_linear(x: torch.Tensor, w: torch.Tensor, table: str, pdl: bool = Fals
     M, K = x.shape
     if not x.is_cuda or x.dtype not in (torch.bfloat16, torch.float16) or M > MAX_ROWS:
         return x @ w.T
-    config = _table(table).config(M, w.shape[0], K, *_device_limits(x.device))
+    config = _table(table).config(M, w.shape[0], K, sm_count(x.device), _smem_per_block(x.device))
     return splitk_matmul(x, w, config, pdl=pdl)
 
 

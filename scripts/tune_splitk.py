@@ -23,7 +23,6 @@ Usage (repository root, on the GPU): python scripts/tune_splitk.py --preset k2-t
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import json
 from pathlib import Path
@@ -36,6 +35,7 @@ from harness.cli import _int_list
 from harness.mla_model import PRESETS, weight_gemms
 from harness.records import append_records, make_record
 from harness.roofline import load_ceilings
+from harness.search_space import source_digest
 from harness.splitk_linear import SplitKConfig, block_rows, splitk_matmul, split_plan
 from harness.timing import time_graph
 
@@ -46,8 +46,8 @@ SPLITS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
 
 
 def source_hash() -> str:
-    path = Path(__file__).resolve().parent.parent / "harness" / "splitk_linear.py"
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    """The provenance hash of the kernel's module (search_space.source_digest, as for the variants)."""
+    return source_digest([Path(__file__).resolve().parent.parent / "harness" / "splitk_linear.py"])
 
 
 def candidates(N: int, K: int, sms: int):
