@@ -12,17 +12,13 @@ FlashMLA's first Hopper kernel splits the work:
   from registers;
 - warpgroup 1 (the worker partition): copies KV tiles (cp.async, whole rows of a page) into a
   2-stage ring, and computes O[:, 256:] += P V[:, 256:] with P read from shared memory, so its
-  half of P V overlaps warpgroup 0's next S and softmax. With ``defer_pv`` = 1 it waits until
-  warpgroup 0's S(i + 1) is done (barrier s_done) before P(i) V, so that half runs on the tensor
-  cores while warpgroup 0 computes softmax(i + 1) instead of competing with S(i + 1); the cost is
-  a later refill of the stage (less lead time for the copy).
+  half of P V overlaps warpgroup 0's next S and softmax.
 
 CTA: 64 query rows (row r = node * H + head of one request) against one KV split, tiles of
 BLOCK_N positions. Shared memory: Q [64, 576], 2 x KV [BLOCK_N, 576], P [64, BLOCK_N], the
 rescale factor and the row sums. Barriers (mbarriers): kv_ready[stage] (cp.async arrivals of the
 loader's 128 threads), kv_free[stage] (both warpgroups done with a stage), p_ready / p_free (the P
-hand-off), sums_ready (the final row sums for warpgroup 1's normalisation), s_done (S(i) done; only
-with defer_pv).
+hand-off), sums_ready (the final row sums for warpgroup 1's normalisation).
 
 Positions past the sequence are clamped to its last row when copied and masked to -inf in S; rows
 past T x H are clamped and not stored. kv_splits and the combine are shared with triton_splitkv.
@@ -45,12 +41,11 @@ from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
 CPU_INTERPRETABLE = False
 PAGE_SIZES = (16, 32, 64)
 CHECK_PAGE_SIZES = (16, 64)
-CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8}, {"defer_pv": 1},
-                 {"defer_pv": 1, "kv_splits": 3, "BLOCK_N": 32})
+CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8})
 BLOCK_M = 64
 PARTITION_WARPS = 4  # each partition is one warpgroup; the CTA has 8 warps
 WORKER_REGISTERS = 232
-DEFAULT_CONFIG = {"BLOCK_N": 64, "kv_splits": 0, "defer_pv": 0}
+DEFAULT_CONFIG = {"BLOCK_N": 64, "kv_splits": 0}
 BLOCK_N_CHOICES = (32, 64)
 LOG2E = 1.4426950408889634
 LN2 = gl.constexpr(0.6931471805599453)
@@ -134,10 +129,10 @@ def _store_half(acc, sums, m_i, half, row_block, split, request, num_rows, H, Ou
 
 @gluon.jit
 def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready,
-                      p_free, sums_ready, s_done, Out, PartialOut, PartialLse, scale_log2, mask_rows_base,
+                      p_free, sums_ready, Out, PartialOut, PartialLse, scale_log2, mask_rows_base,
                       stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, split, request, num_rows, H,
                       prefix_len, seq_len, start, num_tiles, BLOCK_N: gl.constexpr, DV: gl.constexpr,
-                      KV_SPLITS: gl.constexpr, DEFER_PV: gl.constexpr):
+                      KV_SPLITS: gl.constexpr):
     """Warpgroup 0: S, softmax, the P hand-off, and the left half of O."""
     BLOCK_M: gl.constexpr = 64
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -159,8 +154,6 @@ def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_s
         s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
         s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        if DEFER_PV:
-            mbarrier.arrive(s_done)  # the tensor cores are free for warpgroup 1's P(i - 1) V
         p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, scale_log2, start + i * BLOCK_N, prefix_len, seq_len,
                                            mask_rows, rows_s < num_rows, BLOCK_N, s_layout)
         p = p.to(q_lat.dtype)
@@ -184,10 +177,9 @@ def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_s
 
 @gluon.jit
 def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
-                      sums_ready, s_done, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, row_block,
+                      sums_ready, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, row_block,
                       split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE: gl.constexpr,
-                      BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, KV_SPLITS: gl.constexpr,
-                      DEFER_PV: gl.constexpr):
+                      BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, KV_SPLITS: gl.constexpr):
     """Warpgroup 1: the KV tile copies and the right half of O."""
     BLOCK_M: gl.constexpr = 64
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -206,9 +198,6 @@ def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, 
         mbarrier.arrive(p_free)
         mbarrier.wait(kv_ready.index(stage), (i // 2) & 1)
         fence_async_shared()
-        if DEFER_PV:
-            if i + 1 < num_tiles:
-                mbarrier.wait(s_done, (i + 1) & 1)  # S(i + 1) is done: run this half while its softmax runs
         acc = acc * gl.expand_dims(alpha, 1)
         acc = warpgroup_mma(p, kv_lat.index(stage).slice(DV // 2, DV // 2, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
@@ -235,7 +224,7 @@ def _ws_verify_kernel(
     stride_ob, stride_ot, stride_oh,
     T, H, split_len,
     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
-    KV_SPLITS: gl.constexpr, DEFER_PV: gl.constexpr, WORKER_REGS: gl.constexpr,
+    KV_SPLITS: gl.constexpr, WORKER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = 64
     dtype: gl.constexpr = KV.dtype.element_ty
@@ -269,14 +258,12 @@ def _ws_verify_kernel(
     p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     sums_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    s_done = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     for stage in gl.static_range(2):
         mbarrier.init(kv_ready.index(stage), count=32 * 4)  # one cp.async arrival per loader thread
         mbarrier.init(kv_free.index(stage), count=2)        # one per warpgroup
     mbarrier.init(p_ready, count=1)
     mbarrier.init(p_free, count=1)
     mbarrier.init(sums_ready, count=1)
-    mbarrier.init(s_done, count=1)
 
     # Q rows of this block (clamped to the last row), before the warpgroups part.
     last_row = num_rows - 1
@@ -293,13 +280,13 @@ def _ws_verify_kernel(
     mask_rows_base = TreeMask + request * stride_mask_b
     gl.warp_specialize([
         (_scores_partition, (q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free,
-                             p_ready, p_free, sums_ready, s_done, Out, PartialOut, PartialLse, scale_log2,
+                             p_ready, p_free, sums_ready, Out, PartialOut, PartialLse, scale_log2,
                              mask_rows_base, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, split, request,
-                             num_rows, H, prefix_len, seq_len, start, num_tiles, BLOCK_N, DV, KV_SPLITS, DEFER_PV)),
+                             num_rows, H, prefix_len, seq_len, start, num_tiles, BLOCK_N, DV, KV_SPLITS)),
         (_loader_partition, (kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
-                             sums_ready, s_done, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
+                             sums_ready, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
                              row_block, split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE, BLOCK_N, DV,
-                             DR, KV_SPLITS, DEFER_PV)),
+                             DR, KV_SPLITS)),
     ], [4], [WORKER_REGS])
 
 
@@ -317,11 +304,9 @@ def unsupported_reason(shape: ProblemShape) -> str | None:
 
 
 def complete_config(config: dict, shape: ProblemShape) -> dict:
-    """Check BLOCK_N and defer_pv and fill ``kv_splits`` = 0 (auto) from shapes alone."""
+    """Check BLOCK_N and fill ``kv_splits`` = 0 (auto) from shapes alone."""
     if config["BLOCK_N"] not in BLOCK_N_CHOICES:
         raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
-    if config["defer_pv"] not in (0, 1):
-        raise ValueError(f"config: defer_pv must be 0 or 1, got {config['defer_pv']!r}")
     if not config["kv_splits"]:
         # One CTA per SM (224 KB of shared memory at BLOCK_N 64): as many splits as fill one wave.
         splits = choose_kv_splits(shape, BLOCK_M, config["BLOCK_N"], sm_count(shape.device), ctas_per_sm=1,
@@ -350,7 +335,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         out.stride(0), out.stride(1), out.stride(2),
         tree_nodes, heads, split_len,
         PAGE_SIZE=page_size, BLOCK_N=block_n, DV=v_dim, DR=head_dim - v_dim, KV_SPLITS=kv_splits,
-        DEFER_PV=config["defer_pv"], WORKER_REGS=WORKER_REGISTERS, num_warps=PARTITION_WARPS,
+        WORKER_REGS=WORKER_REGISTERS, num_warps=PARTITION_WARPS,
     )
     if kv_splits > 1:
         launch_combine(partial_out, partial_lse, out, kv_splits)
@@ -376,7 +361,7 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
         {"Q": pointer, "KV": pointer, "BlockTable": "*i32", "PrefixLens": "*i32", "TreeMask": "*i32",
          "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
         {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "KV_SPLITS": kv_splits,
-         "DEFER_PV": config.get("defer_pv", 0), "WORKER_REGS": WORKER_REGISTERS},
+         "WORKER_REGS": WORKER_REGISTERS},
         PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,
     )]
 
