@@ -140,3 +140,48 @@ def test_one_wave_split_choice():
     assert choose_kv_splits(shape(256, batch=5), 64, 64, 132, **wave) == 1
     assert choose_kv_splits(shape(64, pages=8), 64, 64, 132, **wave) == 2  # 512 positions / 256
     assert choose_kv_splits(shape(64), 64, 64, 132) == 64                # the default: ceil(264 / 8) -> 64
+
+
+def _segments(cta, rows, tiles, per_cta):
+    """The kernel prologue's arithmetic, in Python: (row block, first tile, end tile, slot, ends the
+    block) for each of a CTA's segments."""
+    units = -(-rows // 64) * tiles
+    unit0, unit1 = cta * per_cta, min(cta * per_cta + per_cta, units)
+    row0 = unit0 // tiles
+    first0, end0 = unit0 - row0 * tiles, min(unit1 - row0 * tiles, tiles)
+    end1 = max(unit1 - (row0 + 1) * tiles, 0)
+    segments = [(row0, first0, end0, cta - (row0 * tiles) // per_cta, end0 == tiles)] if unit0 < units else []
+    if end1 > 0:
+        segments.append((row0 + 1, 0, end1, 0, end1 == tiles))
+    return segments
+
+
+@pytest.mark.parametrize("rows, capacity, block_n, wanted", [
+    (512, 185088, 64, 132), (512, 131072, 64, 132), (128, 131072, 64, 132), (2048, 131072, 64, 132),
+    (8192, 4096, 64, 33), (512, 4096, 64, 128), (64, 4096, 32, 132), (7, 64, 64, 132), (500, 3000, 32, 24),
+    (512, 131072, 64, 8 * 3), (8192, 2048, 32, 128),
+])
+def test_ws_work_split_covers_every_unit_once(rows, capacity, block_n, wanted):
+    """gluon_wgmma_ws's schedule: every (row block, tile) unit in exactly one CTA, at most two
+    segments per CTA, per_cta as even as the counts allow, and each row block's partial slots
+    0..n-1 written once, by its segments or as the spare slots of the CTA that ends it."""
+    from verify_kernels.gluon_wgmma_ws import work_split
+    from verify_kernels.splits import MAX_KV_SPLITS
+
+    ctas, tiles, per_cta, slots = work_split(rows, capacity, block_n, wanted)
+    row_blocks = -(-rows // 64)
+    assert tiles == -(-capacity // block_n) and 1 <= slots <= MAX_KV_SPLITS
+    assert row_blocks <= ctas <= max(wanted, row_blocks) and per_cta <= tiles
+    covered, written = {}, {}
+    for cta in range(ctas):
+        segments = _segments(cta, rows, tiles, per_cta)
+        assert 1 <= len(segments) <= 2
+        for block, first, end, slot, ends in segments:
+            assert 0 <= block < row_blocks and 0 <= slot < slots
+            for tile in range(first, end):
+                covered[block, tile] = covered.get((block, tile), 0) + 1
+            written[block, slot] = written.get((block, slot), 0) + 1
+            for spare in range(slot + 1, slots if ends else slot + 1):
+                written[block, spare] = written.get((block, spare), 0) + 1
+    assert covered == {(b, t): 1 for b in range(row_blocks) for t in range(tiles)}
+    assert written == {(b, s): 1 for b in range(row_blocks) for s in range(slots)}

@@ -1,0 +1,77 @@
+"""Interleaved A/B timing of verify kernels whose power draw differs (the H200 holds its clocks down
+under a power cap for minutes, so timing one contender after the other biases the second).
+
+Each round times every contender once (graph replay, L2 flushed, ``harness.timing.time_graph``);
+the table gives each contender's median over rounds and the SM clock NVML read after its rounds.
+A contender is ``variant[:config-json]``, or ``file=PATH:config-json`` for a variant module kept
+as a file (an earlier version of a kernel, loaded as a sibling of verify_kernels' modules).
+
+  python scripts/ab_verify_kernels.py --prefix 185000 --tree 64 --rounds 8 \
+      'gluon_wgmma_ws:{"BLOCK_N": 64, "kv_splits": 0}' 'file=old_ws.py:{"BLOCK_N": 64, "kv_splits": 16}'
+"""
+
+import argparse
+import importlib.util
+import json
+import statistics
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+from harness.timing import gpu_state, time_graph
+from verify_kernels import make_problem, variants
+from verify_kernels.contract import check_arguments
+
+
+def load_contender(spec: str):
+    """(label, module, config) from 'variant:json' or 'file=PATH:json'."""
+    name, _, config = spec.partition(":")
+    config = json.loads(config) if config else {}
+    if name.startswith("file="):
+        path = Path(name.removeprefix("file="))
+        module_spec = importlib.util.spec_from_file_location(f"verify_kernels._ab_{path.stem}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        return f"{path.stem} {config}", module, config
+    return f"{name} {config}", variants.load_variant(name), config
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("contenders", nargs="+")
+    parser.add_argument("--prefix", type=int, default=185000)
+    parser.add_argument("--tree", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--out", help="JSON file for the rows")
+    args = parser.parse_args()
+    problem = make_problem(args.prefix, args.tree, args.heads, page_size=64, device="cuda", seed=0)
+    shape = check_arguments(*problem.arguments(), **problem.kwargs())
+    out = torch.empty(*problem.q.shape[:3], problem.v_dim, dtype=problem.q.dtype, device="cuda")
+    contenders = []
+    for spec in args.contenders:
+        label, module, config = load_contender(spec)
+        config = module.complete_config({**module.DEFAULT_CONFIG, **config}, shape)
+        contenders.append((label, lambda m=module, c=config: m.run(*problem.arguments(), **problem.kwargs(), out=out,
+                                                                    config=c)))
+    medians = {label: [] for label, _ in contenders}
+    clocks = {label: [] for label, _ in contenders}
+    for _ in range(args.rounds):
+        for label, fn in contenders:
+            medians[label].append(time_graph(fn, calls_per_graph=10, replays=10, read_state=False).median_ms)
+            clocks[label].append((gpu_state() or {}).get("sm_clock_mhz"))
+    rows = [{"contender": label, "L": args.prefix, "T": args.tree, "H": args.heads,
+             "median_ms": statistics.median(medians[label]), "min_ms": min(medians[label]),
+             "round_medians_ms": medians[label], "sm_clock_mhz_after": clocks[label]} for label, _ in contenders]
+    print(tabulate([(r["contender"], r["L"], r["T"], f"{r['median_ms']:.4f}", f"{r['min_ms']:.4f}",
+                     f"{min(c for c in r['sm_clock_mhz_after'] if c)}-{max(c for c in r['sm_clock_mhz_after'] if c)}")
+                    for r in rows], headers=["contender", "L", "T", "median ms", "min ms", "SM MHz after"]))
+    if args.out:
+        with open(args.out, "a") as handle:
+            for row in rows:
+                handle.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
