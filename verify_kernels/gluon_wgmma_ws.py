@@ -14,28 +14,21 @@ FlashMLA's first Hopper kernel splits the work:
   2-stage ring, and computes O[:, 256:] += P V[:, 256:] with P read from shared memory, so its
   half of P V overlaps warpgroup 0's next S and softmax.
 
-Work: one request's rows (row r = node * H + head) form 64-row blocks, and each block's KV
-positions (the table's capacity) tiles of BLOCK_N; the (row block, tile) units are dealt out in
-order, an equal run per CTA, one CTA per SM (``work_split``). A CTA's run is one or two segments
-(the end of one row block and the start of the next), each a split-KV partial of 64 rows: the
-same number of tiles per SM, where a whole number of splits per row block leaves SMs idle (8 row
-blocks x 16 splits = 128 CTAs on 132 SMs at T 64, H 8). Per segment, warpgroup 0 loads its Q rows.
-
-Shared memory: Q [64, 576], 2 x KV [BLOCK_N, 576], P [64, BLOCK_N], the rescale factor and the row
-sums of each segment. Barriers (mbarriers): kv_ready[stage] (cp.async arrivals of the loader's 128
-threads), kv_free[stage] (both warpgroups done with a stage), p_ready / p_free (the P hand-off),
-sums_ready[segment] (its final row sums, for warpgroup 1's normalisation). The tile counter runs
-on across segments, so the ring and the P hand-off do not restart.
+CTA: 64 query rows (row r = node * H + head of one request) against one KV split, tiles of
+BLOCK_N positions. Shared memory: Q [64, 576], 2 x KV [BLOCK_N, 576], P [64, BLOCK_N], the
+rescale factor and the row sums. Barriers (mbarriers): kv_ready[stage] (cp.async arrivals of the
+loader's 128 threads), kv_free[stage] (both warpgroups done with a stage), p_ready / p_free (the P
+hand-off), sums_ready (the final row sums for warpgroup 1's normalisation).
 
 Positions past the sequence are clamped to its last row when copied and masked to -inf in S; rows
-past T x H are clamped and not stored. The combine is triton_splitkv's, over ``kv_slots`` partials
-per row block.
+past T x H are clamped and not stored. kv_splits and the combine are shared with triton_splitkv.
 Hopper only (sm_90); the CPU suite compiles it for sm_90, the GPU suite checks it against the oracle.
 """
 
 from __future__ import annotations
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -43,7 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .contract import ProblemShape
-from .splits import CPU_SM_COUNT, MAX_KV_SPLITS, MIN_SPLIT_TOKENS, sm_count
+from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
 
 CPU_INTERPRETABLE = False
 PAGE_SIZES = (16, 32, 64)
@@ -111,8 +104,8 @@ def _softmax_tile(s, m_i, l_i, scale_log2, tile_start, prefix_len, seq_len, mask
 
 
 @gluon.jit
-def _store_half(acc, sums, m_i, half, row_block, slot, request, num_rows, H, Out, PartialOut, PartialLse,
-                stride_ob, stride_ot, stride_oh, WRITE_LSE: gl.constexpr, KV_SLOTS: gl.constexpr,
+def _store_half(acc, sums, m_i, half, row_block, split, request, num_rows, H, Out, PartialOut, PartialLse,
+                stride_ob, stride_ot, stride_oh, WRITE_LSE: gl.constexpr, KV_SPLITS: gl.constexpr,
                 DV: gl.constexpr, o_layout: gl.constexpr):
     """Normalise and store output columns [half * DV/2, +DV/2) of the block (and the LSE once)."""
     BLOCK_M: gl.constexpr = 64
@@ -121,12 +114,12 @@ def _store_half(acc, sums, m_i, half, row_block, slot, request, num_rows, H, Out
     rows_o = row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
     cols_o = half * (DV // 2) + gl.arange(0, DV // 2, layout=gl.SliceLayout(0, o_layout))
     row_valid = gl.expand_dims(rows_o < num_rows, 1)
-    if KV_SLOTS == 1:
+    if KV_SPLITS == 1:
         out_row = request * stride_ob + (rows_o // H) * stride_ot + (rows_o % H) * stride_oh
         gl.store(Out + gl.expand_dims(out_row, 1) + gl.expand_dims(cols_o, 0), out_tile.to(Out.dtype.element_ty),
                  mask=row_valid)
     else:
-        partial_row = (request * KV_SLOTS + slot) * num_rows + rows_o
+        partial_row = (request * KV_SPLITS + split) * num_rows + rows_o
         gl.store(PartialOut + gl.expand_dims(partial_row.to(gl.int64) * DV, 1) + gl.expand_dims(cols_o, 0),
                  out_tile, mask=row_valid)
         if WRITE_LSE:
@@ -135,30 +128,144 @@ def _store_half(acc, sums, m_i, half, row_block, slot, request, num_rows, H, Out
 
 
 @gluon.jit
-def _store_empty_slots(row_block, first_slot, end_slot, request, num_rows, PartialOut, PartialLse,
-                       KV_SLOTS: gl.constexpr, DV: gl.constexpr):
-    """Slots [first_slot, end_slot) of a row block with no keys: an empty segment's, or those no CTA
-    covers. Zero partials and LSE -inf (the combine weighs them 0 and must not read garbage)."""
+def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready,
+                      p_free, sums_ready, Out, PartialOut, PartialLse, scale_log2, mask_rows_base,
+                      stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, split, request, num_rows, H,
+                      prefix_len, seq_len, start, num_tiles, BLOCK_N: gl.constexpr, DV: gl.constexpr,
+                      KV_SPLITS: gl.constexpr):
+    """Warpgroup 0: S, softmax, the P hand-off, and the left half of O."""
     BLOCK_M: gl.constexpr = 64
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
-    rows = row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, DV, layout=gl.SliceLayout(0, layout))
-    zeros = gl.zeros([BLOCK_M, DV], gl.float32, layout=layout)
-    for slot in range(first_slot, end_slot):
-        partial_row = (request * KV_SLOTS + slot) * num_rows + rows
-        gl.store(PartialOut + gl.expand_dims(partial_row.to(gl.int64) * DV, 1) + gl.expand_dims(cols, 0), zeros,
-                 mask=gl.expand_dims(rows < num_rows, 1))
-        gl.store(PartialLse + partial_row, gl.full([BLOCK_M], float("-inf"), gl.float32,
-                                                   layout=gl.SliceLayout(1, layout)), mask=rows < num_rows)
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DV // 2, 16])
+    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    rows_s = row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+    mask_rows = mask_rows_base + (gl.minimum(rows_s, num_rows - 1) // H) * stride_mask_t
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
+    for i in range(num_tiles):
+        stage = i % 2
+        mbarrier.wait(kv_ready.index(stage), (i // 2) & 1)
+        fence_async_shared()
+        lat = kv_lat.index(stage)
+        s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, scale_log2, start + i * BLOCK_N, prefix_len, seq_len,
+                                           mask_rows, rows_s < num_rows, BLOCK_N, s_layout)
+        p = p.to(q_lat.dtype)
+        mbarrier.wait(p_free, (i & 1) ^ 1)  # warpgroup 1 has read P(i - 1)
+        p_smem.store(p)
+        alpha_smem.store(alpha)
+        gl.thread_barrier()
+        mbarrier.arrive(p_ready)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        acc = warpgroup_mma(gl.convert_layout(p, p_operand), lat.slice(0, DV // 2, dim=1), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        gl.thread_barrier()
+        mbarrier.arrive(kv_free.index(stage))
+    sums_smem.store(l_i)
+    gl.thread_barrier()
+    mbarrier.arrive(sums_ready)
+    _store_half(acc, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), gl.convert_layout(m_i, gl.SliceLayout(1, o_layout)),
+                0, row_block, split, request, num_rows, H, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
+                True, KV_SPLITS, DV, o_layout)
 
 
 @gluon.jit
-def _load_q(q_lat, q_rope, Q, row_block, request, num_rows, H, stride_qb, stride_qt, stride_qh, DV: gl.constexpr,
-            DR: gl.constexpr):
-    """Q rows of one row block (clamped to the last row) into shared memory, by warpgroup 0."""
+def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
+                      sums_ready, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, row_block,
+                      split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE: gl.constexpr,
+                      BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, KV_SPLITS: gl.constexpr):
+    """Warpgroup 1: the KV tile copies and the right half of O."""
     BLOCK_M: gl.constexpr = 64
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DV // 2, 16])
+    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
+    _load_tile(kv_lat, kv_rope, kv_ready, 0, KV, table, start, seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
+    if num_tiles > 1:
+        _load_tile(kv_lat, kv_rope, kv_ready, 1, KV, table, start + BLOCK_N, seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
+    for i in range(num_tiles):
+        stage = i % 2
+        mbarrier.wait(p_ready, i & 1)
+        p = p_smem.load(p_operand)
+        alpha = alpha_smem.load(gl.SliceLayout(1, o_layout))
+        gl.thread_barrier()
+        mbarrier.arrive(p_free)
+        mbarrier.wait(kv_ready.index(stage), (i // 2) & 1)
+        fence_async_shared()
+        acc = acc * gl.expand_dims(alpha, 1)
+        acc = warpgroup_mma(p, kv_lat.index(stage).slice(DV // 2, DV // 2, dim=1), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        gl.thread_barrier()
+        mbarrier.arrive(kv_free.index(stage))
+        if i + 2 < num_tiles:
+            mbarrier.wait(kv_free.index(stage), (i // 2) & 1)  # warpgroup 0 is done with it too
+            _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, table, start + (i + 2) * BLOCK_N, seq_len, PAGE_SIZE,
+                       BLOCK_N, DV, DR)
+    mbarrier.wait(sums_ready, 0)
+    sums = sums_smem.load(gl.SliceLayout(1, o_layout))
+    # The running max is only read for the LSE, which warpgroup 0 writes: ``sums`` stands in for it.
+    _store_half(acc, sums, sums, 1, row_block, split, request, num_rows, H, Out, PartialOut, PartialLse, stride_ob,
+                stride_ot, stride_oh, False, KV_SPLITS, DV, o_layout)
+
+
+@gluon.jit
+def _ws_verify_kernel(
+    Q, KV, BlockTable, PrefixLens, TreeMask, PartialOut, PartialLse, Out,
+    scale_log2,
+    stride_qb, stride_qt, stride_qh,
+    stride_table_b,
+    stride_mask_b, stride_mask_t,
+    stride_ob, stride_ot, stride_oh,
+    T, H, split_len,
+    PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
+    KV_SPLITS: gl.constexpr, WORKER_REGS: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = 64
+    dtype: gl.constexpr = KV.dtype.element_ty
     lat_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
     rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+
+    row_block = gl.program_id(0)
+    split = gl.program_id(1)
+    request = gl.program_id(2)
+    num_rows = T * H
+    prefix_len = gl.load(PrefixLens + request)
+    seq_len = prefix_len + T
+    table = BlockTable + request * stride_table_b
+    start = split * split_len
+    end = gl.minimum(start + split_len, seq_len)
+    num_tiles = (gl.maximum(end - start, 0) + BLOCK_N - 1) // BLOCK_N
+
+    q_lat = gl.allocate_shared_memory(dtype, [BLOCK_M, DV], gl.NVMMASharedLayout.get_default_for([BLOCK_M, DV], dtype))
+    q_rope = gl.allocate_shared_memory(dtype, [BLOCK_M, DR], gl.NVMMASharedLayout.get_default_for([BLOCK_M, DR], dtype))
+    kv_lat = gl.allocate_shared_memory(dtype, [2, BLOCK_N, DV],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_N, DV], dtype))
+    kv_rope = gl.allocate_shared_memory(dtype, [2, BLOCK_N, DR],
+                                        gl.NVMMASharedLayout.get_default_for([BLOCK_N, DR], dtype))
+    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], dtype))
+    alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], row_layout)
+    sums_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], row_layout)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    kv_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    sums_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for stage in gl.static_range(2):
+        mbarrier.init(kv_ready.index(stage), count=32 * 4)  # one cp.async arrival per loader thread
+        mbarrier.init(kv_free.index(stage), count=2)        # one per warpgroup
+    mbarrier.init(p_ready, count=1)
+    mbarrier.init(p_free, count=1)
+    mbarrier.init(sums_ready, count=1)
+
+    # Q rows of this block (clamped to the last row), before the warpgroups part.
     last_row = num_rows - 1
     r_lat = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, lat_layout)), last_row)
     _copy_rows(q_lat, Q + request * stride_qb, (r_lat // H) * stride_qt + (r_lat % H) * stride_qh, 1, DV, lat_layout)
@@ -170,206 +277,16 @@ def _load_q(q_lat, q_rope, Q, row_block, request, num_rows, H, stride_qb, stride
     fence_async_shared()
     gl.thread_barrier()
 
-
-@gluon.jit
-def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready,
-                      p_free, sums_ready, Q, Out, PartialOut, PartialLse, scale_log2, mask_rows_base,
-                      stride_qb, stride_qt, stride_qh, stride_mask_t, stride_ob, stride_ot, stride_oh, request,
-                      num_rows, H, prefix_len, seq_len, row0, first0, n0, slot0, ends0, has0, has1, n1, ends1,
-                      BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, KV_SLOTS: gl.constexpr):
-    """Warpgroup 0: per segment, Q, then S, softmax, the P hand-off and the left half of O; the
-    LSE, and the partials of slots no CTA covers."""
-    BLOCK_M: gl.constexpr = 64
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, DV // 2, 16])
-    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
-    base = 0
-    for seg in range(2):  # a loop, not unrolled: one copy of the tile loop keeps registers in bounds
-        row_block = row0 + seg
-        first_tile = gl.where(seg == 0, first0, 0)
-        num_tiles = gl.where(seg == 0, n0, n1)
-        slot = gl.where(seg == 0, slot0, 0)
-        ends = gl.where(seg == 0, ends0, ends1)
-        exists = gl.where(seg == 0, has0, has1)
-        if num_tiles > 0:
-            _load_q(q_lat, q_rope, Q, row_block, request, num_rows, H, stride_qb, stride_qt, stride_qh, DV, DR)
-            rows_s = row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-            mask_rows = mask_rows_base + (gl.minimum(rows_s, num_rows - 1) // H) * stride_mask_t
-            m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-            l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))
-            acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
-            for j in range(num_tiles):
-                i = base + j
-                stage = i % 2
-                mbarrier.wait(kv_ready.index(stage), (i // 2) & 1)
-                fence_async_shared()
-                lat = kv_lat.index(stage)
-                s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-                s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, scale_log2, (first_tile + j) * BLOCK_N, prefix_len,
-                                                   seq_len, mask_rows, rows_s < num_rows, BLOCK_N, s_layout)
-                p = p.to(q_lat.dtype)
-                mbarrier.wait(p_free, (i & 1) ^ 1)  # warpgroup 1 has read P(i - 1)
-                p_smem.store(p)
-                alpha_smem.store(alpha)
-                gl.thread_barrier()
-                mbarrier.arrive(p_ready)
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-                acc = warpgroup_mma(gl.convert_layout(p, p_operand), lat.slice(0, DV // 2, dim=1), acc, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                gl.thread_barrier()
-                mbarrier.arrive(kv_free.index(stage))
-            sums_smem.index(seg).store(l_i)
-            gl.thread_barrier()
-            mbarrier.arrive(sums_ready.index(seg))
-            _store_half(acc, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)),
-                        gl.convert_layout(m_i, gl.SliceLayout(1, o_layout)), 0, row_block, slot, request, num_rows, H,
-                        Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, True, KV_SLOTS, DV, o_layout)
-        if KV_SLOTS > 1:
-            if exists:
-                _store_empty_slots(row_block, gl.where(num_tiles > 0, slot + 1, slot), gl.where(ends, KV_SLOTS, slot + 1),
-                                   request, num_rows, PartialOut, PartialLse, KV_SLOTS, DV)
-        base += num_tiles
-
-
-@gluon.jit
-def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
-                      sums_ready, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, request,
-                      num_rows, H, seq_len, row0, first0, n0, slot0, n1, PAGE_SIZE: gl.constexpr,
-                      BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, KV_SLOTS: gl.constexpr):
-    """Warpgroup 1: the KV tile copies (the CTA's tiles in order, across its segments) and the
-    right half of O."""
-    BLOCK_M: gl.constexpr = 64
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, DV // 2, 16])
-    p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    total = n0 + n1
-    if total > 0:
-        _load_tile(kv_lat, kv_rope, kv_ready, 0, KV, table, _tile_start(0, first0, n0, BLOCK_N), seq_len,
-                   PAGE_SIZE, BLOCK_N, DV, DR)
-    if total > 1:
-        _load_tile(kv_lat, kv_rope, kv_ready, 1, KV, table, _tile_start(1, first0, n0, BLOCK_N), seq_len,
-                   PAGE_SIZE, BLOCK_N, DV, DR)
-    base = 0
-    for seg in range(2):
-        row_block = row0 + seg
-        num_tiles = gl.where(seg == 0, n0, n1)
-        slot = gl.where(seg == 0, slot0, 0)
-        if num_tiles > 0:
-            acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
-            for j in range(num_tiles):
-                i = base + j
-                stage = i % 2
-                mbarrier.wait(p_ready, i & 1)
-                p = p_smem.load(p_operand)
-                alpha = alpha_smem.load(gl.SliceLayout(1, o_layout))
-                gl.thread_barrier()
-                mbarrier.arrive(p_free)
-                mbarrier.wait(kv_ready.index(stage), (i // 2) & 1)
-                fence_async_shared()
-                acc = acc * gl.expand_dims(alpha, 1)
-                acc = warpgroup_mma(p, kv_lat.index(stage).slice(DV // 2, DV // 2, dim=1), acc, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                gl.thread_barrier()
-                mbarrier.arrive(kv_free.index(stage))
-                if i + 2 < total:
-                    mbarrier.wait(kv_free.index(stage), (i // 2) & 1)  # warpgroup 0 is done with it too
-                    _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, table, _tile_start(i + 2, first0, n0, BLOCK_N),
-                               seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
-            mbarrier.wait(sums_ready.index(seg), 0)
-            sums = sums_smem.index(seg).load(gl.SliceLayout(1, o_layout))
-            # The running max is only read for the LSE, which warpgroup 0 writes: ``sums`` stands in for it.
-            _store_half(acc, sums, sums, 1, row_block, slot, request, num_rows, H, Out, PartialOut, PartialLse,
-                        stride_ob, stride_ot, stride_oh, False, KV_SLOTS, DV, o_layout)
-        base += num_tiles
-
-
-@gluon.jit
-def _tile_start(index, first0, n0, BLOCK_N: gl.constexpr):
-    """KV position where the CTA's tile ``index`` starts: its first segment's tiles from ``first0``,
-    then its second segment's from position 0 (the next row block)."""
-    return gl.where(index < n0, (first0 + index) * BLOCK_N, (index - n0) * BLOCK_N)
-
-
-@gluon.jit
-def _ws_verify_kernel(
-    Q, KV, BlockTable, PrefixLens, TreeMask, PartialOut, PartialLse, Out,
-    scale_log2,
-    stride_qb, stride_qt, stride_qh,
-    stride_table_b,
-    stride_mask_b, stride_mask_t,
-    stride_ob, stride_ot, stride_oh,
-    T, H, tiles_per_block, units_per_cta,
-    PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
-    KV_SLOTS: gl.constexpr, WORKER_REGS: gl.constexpr,
-):
-    BLOCK_M: gl.constexpr = 64
-    dtype: gl.constexpr = KV.dtype.element_ty
-    row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
-
-    cta = gl.program_id(0)
-    request = gl.program_id(1)
-    num_rows = T * H
-    prefix_len = gl.load(PrefixLens + request)
-    seq_len = prefix_len + T
-    table = BlockTable + request * stride_table_b
-    # This CTA's units (row block x KV tile, flattened) and the at most two segments they make.
-    units = ((num_rows + BLOCK_M - 1) // BLOCK_M) * tiles_per_block
-    unit0 = cta * units_per_cta
-    unit1 = gl.minimum(unit0 + units_per_cta, units)
-    row0 = unit0 // tiles_per_block
-    first0 = unit0 - row0 * tiles_per_block
-    end0 = gl.minimum(unit1 - row0 * tiles_per_block, tiles_per_block)
-    end1 = gl.maximum(unit1 - (row0 + 1) * tiles_per_block, 0)
-    seq_tiles = (seq_len + BLOCK_N - 1) // BLOCK_N  # tiles past the sequence are empty
-    n0 = gl.maximum(gl.minimum(end0, seq_tiles) - first0, 0)
-    n1 = gl.minimum(end1, seq_tiles)
-    slot0 = cta - (row0 * tiles_per_block) // units_per_cta
-    has0 = unit0 < units
-    ends0 = end0 == tiles_per_block
-    has1 = end1 > 0
-    ends1 = end1 == tiles_per_block
-
-    q_lat = gl.allocate_shared_memory(dtype, [BLOCK_M, DV], gl.NVMMASharedLayout.get_default_for([BLOCK_M, DV], dtype))
-    q_rope = gl.allocate_shared_memory(dtype, [BLOCK_M, DR], gl.NVMMASharedLayout.get_default_for([BLOCK_M, DR], dtype))
-    kv_lat = gl.allocate_shared_memory(dtype, [2, BLOCK_N, DV],
-                                       gl.NVMMASharedLayout.get_default_for([BLOCK_N, DV], dtype))
-    kv_rope = gl.allocate_shared_memory(dtype, [2, BLOCK_N, DR],
-                                        gl.NVMMASharedLayout.get_default_for([BLOCK_N, DR], dtype))
-    p_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, BLOCK_N],
-                                       gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N], dtype))
-    alpha_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_M], row_layout)
-    sums_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M], row_layout)
-    kv_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    kv_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    sums_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for stage in gl.static_range(2):
-        mbarrier.init(kv_ready.index(stage), count=32 * 4)  # one cp.async arrival per loader thread
-        mbarrier.init(kv_free.index(stage), count=2)        # one per warpgroup
-    mbarrier.init(p_ready, count=1)
-    mbarrier.init(p_free, count=1)
-    for seg in gl.static_range(2):
-        mbarrier.init(sums_ready.index(seg), count=1)  # one per segment: its final row sums
-    fence_async_shared()
-    gl.thread_barrier()
-
     mask_rows_base = TreeMask + request * stride_mask_b
     gl.warp_specialize([
         (_scores_partition, (q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free,
-                             p_ready, p_free, sums_ready, Q, Out, PartialOut, PartialLse, scale_log2, mask_rows_base,
-                             stride_qb, stride_qt, stride_qh, stride_mask_t, stride_ob, stride_ot, stride_oh, request,
-                             num_rows, H, prefix_len, seq_len, row0, first0, n0, slot0, ends0, has0, has1, n1,
-                             ends1, BLOCK_N, DV, DR, KV_SLOTS)),
+                             p_ready, p_free, sums_ready, Out, PartialOut, PartialLse, scale_log2,
+                             mask_rows_base, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, split, request,
+                             num_rows, H, prefix_len, seq_len, start, num_tiles, BLOCK_N, DV, KV_SPLITS)),
         (_loader_partition, (kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
                              sums_ready, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
-                             request, num_rows, H, seq_len, row0, first0, n0, slot0, n1, PAGE_SIZE, BLOCK_N, DV, DR,
-                             KV_SLOTS)),
+                             row_block, split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE, BLOCK_N, DV,
+                             DR, KV_SPLITS)),
     ], [4], [WORKER_REGS])
 
 
@@ -386,72 +303,42 @@ def unsupported_reason(shape: ProblemShape) -> str | None:
     return None
 
 
-def work_split(rows: int, capacity: int, block_n: int, ctas_wanted: int) -> tuple[int, int, int, int]:
-    """How one request's work spreads over CTAs: (ctas, tiles_per_block, units_per_cta, kv_slots).
-
-    A unit is one KV tile (BLOCK_N positions of the table's capacity) of one 64-row block; units
-    run row block by row block. Each CTA takes ``units_per_cta`` consecutive units, so a CTA whose
-    share crosses a row block's end finishes that block and starts the next: at most two segments,
-    since there are at least as many CTAs as row blocks. The CTAs covering row block r are
-    (r * tiles) // units_per_cta .. (r * tiles + tiles - 1) // units_per_cta; its slot in the
-    partial buffers is the CTA's index minus the first of them. ``kv_slots`` is the most any row
-    block has (at most MAX_KV_SPLITS, what the combine takes); a block with fewer has its spare
-    slots written empty by the CTA that ends it. With one slot the kernel writes ``out`` directly.
-    """
-    row_blocks = -(-rows // BLOCK_M)
-    tiles = -(-capacity // block_n)
-    units = row_blocks * tiles
-    ctas = min(max(ctas_wanted, row_blocks), row_blocks * (MAX_KV_SPLITS - 1), units)
-    per_cta = -(-units // ctas)
-    ctas = -(-units // per_cta)  # every CTA has work
-    slots = max((r * tiles + tiles - 1) // per_cta - (r * tiles) // per_cta + 1 for r in range(row_blocks))
-    return ctas, tiles, per_cta, slots
-
-
 def complete_config(config: dict, shape: ProblemShape) -> dict:
-    """Check BLOCK_N and kv_splits (0: one balanced wave, see ``ctas_wanted``)."""
+    """Check BLOCK_N and fill ``kv_splits`` = 0 (auto) from shapes alone."""
     if config["BLOCK_N"] not in BLOCK_N_CHOICES:
         raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
-    if not 0 <= config["kv_splits"] <= MAX_KV_SPLITS:
+    if not config["kv_splits"]:
+        # One CTA per SM (224 KB of shared memory at BLOCK_N 64): as many splits as fill one wave.
+        splits = choose_kv_splits(shape, BLOCK_M, config["BLOCK_N"], sm_count(shape.device), ctas_per_sm=1,
+                                  one_wave=True)
+        config = {**config, "kv_splits": splits}
+    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
         raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
     return config
 
 
-def ctas_wanted(config: dict, rows: int, capacity: int, batch: int, sms: int) -> int:
-    """CTAs per request before ``work_split`` evens them out, from shapes alone. kv_splits k: k per
-    row block. kv_splits 0: one CTA per SM (224 KB of shared memory at BLOCK_N 64), all in one
-    wave, each with at least MIN_SPLIT_TOKENS positions."""
-    row_blocks = -(-rows // BLOCK_M)
-    if config["kv_splits"]:
-        return row_blocks * config["kv_splits"]
-    units = row_blocks * -(-capacity // config["BLOCK_N"])
-    return min(sms // batch, units // max(1, MIN_SPLIT_TOKENS // config["BLOCK_N"]))
-
-
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
-    """Launch the kernel (and the shared combine when a row block has more than one slot); ``out``
-    written in place."""
+    """Launch the kernel (and the shared combine when kv_splits > 1); ``out`` written in place."""
     from .split_combine import launch_combine, partial_buffers
 
     batch, tree_nodes, heads, head_dim = q.shape
+    block_n, kv_splits = config["BLOCK_N"], config["kv_splits"]
     page_size = kv_cache.shape[1]
-    rows, capacity = tree_nodes * heads, block_table.shape[1] * page_size
-    wanted = ctas_wanted(config, rows, capacity, batch, sm_count(q.device))
-    ctas, tiles, per_cta, slots = work_split(rows, capacity, config["BLOCK_N"], wanted)
-    partial_out, partial_lse = partial_buffers(out, slots)
-    _ws_verify_kernel[(ctas, batch)](
+    split_len = triton.cdiv(triton.cdiv(block_table.shape[1] * page_size, kv_splits), block_n) * block_n
+    partial_out, partial_lse = partial_buffers(out, kv_splits)
+    _ws_verify_kernel[(triton.cdiv(tree_nodes * heads, BLOCK_M), kv_splits, batch)](
         q, kv_cache, block_table, prefix_lens, tree_mask, partial_out, partial_lse, out,
         sm_scale * LOG2E,
         q.stride(0), q.stride(1), q.stride(2),
         block_table.stride(0),
         tree_mask.stride(0), tree_mask.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
-        tree_nodes, heads, tiles, per_cta,
-        PAGE_SIZE=page_size, BLOCK_N=config["BLOCK_N"], DV=v_dim, DR=head_dim - v_dim, KV_SLOTS=slots,
+        tree_nodes, heads, split_len,
+        PAGE_SIZE=page_size, BLOCK_N=block_n, DV=v_dim, DR=head_dim - v_dim, KV_SPLITS=kv_splits,
         WORKER_REGS=WORKER_REGISTERS, num_warps=PARTITION_WARPS,
     )
-    if slots > 1:
-        launch_combine(partial_out, partial_lse, out, slots)
+    if kv_splits > 1:
+        launch_combine(partial_out, partial_lse, out, kv_splits)
 
 
 def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree_nodes: int = 64, heads: int = 8,
@@ -461,20 +348,19 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
     from harness.static_triton import TritonKernelSpec
 
     pointer = f"*{dtype}"
+    kv_splits = max(2, config.get("kv_splits") or 2)
     block_n = config["BLOCK_N"]
+    split_len = -(-(-(-table_pages * page_size // kv_splits)) // block_n) * block_n
     rows = tree_nodes * heads
-    wanted = ctas_wanted(config, rows, table_pages * page_size, 1, CPU_SM_COUNT)
-    _, tiles, per_cta, slots = work_split(rows, table_pages * page_size, block_n, wanted)
     words = -(-tree_nodes // 32)
     ints = {"stride_qb": rows * 576, "stride_qt": heads * 576, "stride_qh": 576, "stride_table_b": table_pages,
             "stride_mask_b": tree_nodes * words, "stride_mask_t": words, "stride_ob": rows * 512,
-            "stride_ot": heads * 512, "stride_oh": 512, "T": tree_nodes, "H": heads, "tiles_per_block": tiles,
-            "units_per_cta": per_cta}
+            "stride_ot": heads * 512, "stride_oh": 512, "T": tree_nodes, "H": heads, "split_len": split_len}
     return [TritonKernelSpec(
         "ws_verify", _ws_verify_kernel,
         {"Q": pointer, "KV": pointer, "BlockTable": "*i32", "PrefixLens": "*i32", "TreeMask": "*i32",
          "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
-        {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "KV_SLOTS": max(2, slots),
+        {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "KV_SPLITS": kv_splits,
          "WORKER_REGS": WORKER_REGISTERS},
         PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,
     )]
