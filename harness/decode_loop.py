@@ -8,7 +8,16 @@ One DDTree step, with the root (the previous bonus token) not yet in the cache:
           the accepted nodes' final hidden states go to the next draft (``hidden=``)
   commit  the accepted path's rows moved to contiguous positions in every layer
           (commit_accepted), pages past the new length returned to the allocator
-Phases are timed on the host with a device sync after each, so they add up to the step.
+
+Two ways to time a step (``sync_phases``):
+- overlapped (the default): the loop waits for the GPU once per step, where the walk needs the
+  verify's logits, as a serving loop would; the commit's kernels then run while the host drafts
+  the next step. The step is the host's wall clock from one step's start to the next; verify and
+  commit are the GPU times of their graphs (CUDA events), the other phases host times, so the
+  phases overlap and need not add up to the step.
+- synced: a device sync after every phase, so phases add up to the step (attribution, at the
+  price of the overlap and of the syncs).
+On the CPU both are the same.
 """
 
 from __future__ import annotations
@@ -33,13 +42,16 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class _PhaseClock:
+class _SyncedClock:
+    """Synced phases: a device sync before each reading of the host clock; a step is the sum of
+    its phases."""
+
     def __init__(self, device: torch.device):
         self.device, self.times, self._last = device, {}, None
 
     def start(self) -> None:
         _sync(self.device)
-        self._last = time.perf_counter()
+        self.times, self._last = {}, time.perf_counter()
 
     def lap(self, phase: str) -> None:
         _sync(self.device)
@@ -47,16 +59,91 @@ class _PhaseClock:
         self.times[phase] = (now - self._last) * 1e3
         self._last = now
 
+    def gpu_begin(self, phase: str) -> None:
+        pass
+
+    def gpu_end(self, phase: str) -> None:
+        pass
+
+    def wait_for(self, phase: str) -> None:
+        pass
+
+    def step_done(self, record: "StepRecord") -> None:
+        pass
+
+    def finish(self) -> None:
+        _sync(self.device)
+
+
+class _OverlappedClock(_SyncedClock):
+    """Overlapped phases: no syncs but ``wait_for``; host times, and for the phases bracketed by
+    gpu_begin / gpu_end their GPU time (CUDA events). A step's wall time closes at the next step's
+    start; its commit's GPU time is read after the next step's wait, when the commit has certainly
+    run (it precedes that verify on the stream), so reading never waits."""
+
+    def __init__(self, device: torch.device):
+        super().__init__(device)
+        self.cuda = device.type == "cuda"
+        self._events: dict[str, tuple[torch.cuda.Event, torch.cuda.Event]] = {}
+        self._last_step: tuple["StepRecord", float] | None = None
+
+    def start(self) -> None:
+        self.times, self._last = {}, time.perf_counter()
+        if self._last_step is not None:
+            record, began = self._last_step
+            record.wall_ms = (self._last - began) * 1e3
+        self._began = self._last
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.times[phase] = (now - self._last) * 1e3
+        self._last = now
+
+    def gpu_begin(self, phase: str) -> None:
+        if self.cuda:
+            self._events[phase] = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._events[phase][0].record()
+
+    def gpu_end(self, phase: str) -> None:
+        if self.cuda:
+            self._events[phase][1].record()
+
+    def _gpu_ms(self, phase: str) -> float:
+        begin, end = self._events[phase]
+        end.synchronize()
+        return begin.elapsed_time(end)
+
+    def wait_for(self, phase: str) -> None:
+        """The step's one wait for the GPU: until ``phase`` (the verify) is done."""
+        if self.cuda:
+            self._events[phase][1].synchronize()
+            if self._last_step is not None and "commit" in self._events:
+                self._last_step[0].phases_ms["commit"] = self._gpu_ms("commit")
+
+    def step_done(self, record: "StepRecord") -> None:
+        if self.cuda:
+            record.phases_ms["verify"] = self._gpu_ms("verify")
+        self._last_step = (record, self._began)
+
+    def finish(self) -> None:
+        _sync(self.device)
+        if self._last_step is not None:
+            record, began = self._last_step
+            record.wall_ms = (time.perf_counter() - began) * 1e3
+            if self.cuda:
+                record.phases_ms["commit"] = self._gpu_ms("commit")
+
 
 @dataclass
 class StepRecord:
     tree_nodes: int            # real nodes (the verify ran on the padded bucket)
     new_tokens: int            # accepted drafted tokens + the bonus token
     phases_ms: dict[str, float]
+    wall_ms: float | None = None  # overlapped timing: the step's start to the next step's start
 
     @property
     def step_ms(self) -> float:
-        return sum(self.phases_ms.values())
+        return self.wall_ms if self.wall_ms is not None else sum(self.phases_ms.values())
 
 
 @dataclass
@@ -132,19 +219,21 @@ def greedy_decode(runner: TargetRunner, history: list[int], new_tokens: int, *, 
 
 
 def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, drafter: Drafter, *, budget: int,
-                  block_size: int = 16, temperature: float = 0.0, seed: int = 0) -> DecodeRun:
+                  block_size: int = 16, temperature: float = 0.0, seed: int = 0,
+                  sync_phases: bool = False) -> DecodeRun:
     """Decode ``new_tokens`` tokens with DDTree; the tree (budget nodes, root included) is padded
-    to ``budget`` so every verify replays the same graph."""
+    to ``budget`` so every verify replays the same graph. ``sync_phases``: see the module notes."""
     cache = runner.cache
     device = cache.pool.device
     start_len = cache.prefix_len
     history = list(history)
     run = DecodeRun(tokens=[])
     generator = torch.Generator().manual_seed(seed)
-    clock = _PhaseClock(device)
+    clock = (_SyncedClock if sync_phases else _OverlappedClock)(device)
     commit = AcceptedCommit(cache, budget)
     cache.reserve(cache.prefix_len + budget)
     runner.warm(budget)
+    _sync(device)
     began = time.perf_counter()
     features = None  # the target's final hidden states at the last accepted path, for the drafter
     while len(run.tokens) < new_tokens:
@@ -156,7 +245,10 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
         cache.reserve(cache.prefix_len + budget)
         bucket = runner.load(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), budget)
         clock.lap("mask")
+        clock.gpu_begin("verify")
         logits = runner.run(bucket)
+        clock.gpu_end("verify")
+        clock.wait_for("verify")  # the walk reads the verify's picks
         clock.lap("verify")
         count = len(tree.tokens)
         if temperature > 0:
@@ -164,15 +256,19 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
         else:
             accepted, bonus = walk(tree, logits[:count].argmax(dim=-1))
         clock.lap("walk")
+        clock.gpu_begin("commit")
         features = commit(accepted, bucket.hidden)
         new_len = cache.prefix_len + len(accepted)
         cache.set_prefix_len(new_len)
         cache.truncate(new_len)
+        clock.gpu_end("commit")
         clock.lap("commit")
         produced = [int(tree.tokens[node]) for node in accepted[1:]] + [bonus]
         history.extend(produced)
         run.tokens.extend(produced)
         run.steps.append(StepRecord(count, len(produced), dict(clock.times)))
+        clock.step_done(run.steps[-1])
+    clock.finish()
     run.seconds = time.perf_counter() - began
     run.tokens = run.tokens[:new_tokens]
     _restart(runner, start_len)

@@ -19,6 +19,19 @@ from .records import read_records
 BASELINE = "triton_ps1"
 
 
+def _label(record: dict) -> str:
+    return record["variant"] + (" synced" if record.get("phase_timing") == "synced" else "")
+
+
+def primary_runs(records: list[dict]) -> list[dict]:
+    """Drop a synced run where the same context, variant and budget was also timed overlapped
+    (``vk decode --phase-timing overlapped synced``): the overlapped one stands for the point.
+    Records older than the option were synced and have no twin."""
+    overlapped = {(r["context"], r["variant"], r["budget"]) for r in records if r.get("phase_timing") == "overlapped"}
+    return [r for r in records if not (r.get("phase_timing") == "synced"
+                                       and (r["context"], r["variant"], r["budget"]) in overlapped)]
+
+
 def speedups_over_baseline(records: list[dict]) -> dict[int, float]:
     """Record index -> its step-time speed-up over the baseline's run at the same context and budget."""
     baseline = {(r["context"], r["budget"]): r["median_step_ms"] for r in records
@@ -33,16 +46,16 @@ def markdown(records: list[dict], title: str) -> str:
     speedups = speedups_over_baseline(ok)
     for index, speedup in speedups.items():
         r = ok[index]
-        lines.append(f"- context {r['context']}, budget {r['budget']}: {r['variant']} step "
+        lines.append(f"- context {r['context']}, budget {r['budget']}: {_label(r)} step "
                      f"{r['median_step_ms']:.1f} ms is {speedup:.1f}x faster than {BASELINE}'s")
     for r in ok:
         if "floor" in r:
             floor = r["floor"]
-            lines.append(f"- context {r['context']}, budget {r['budget']}, {r['variant']}: floor "
+            lines.append(f"- context {r['context']}, budget {r['budget']}, {_label(r)}: floor "
                          f"{floor['step_ms']:.2f} ms (weights {floor['weights_ms']:.2f} + attention "
                          f"{floor['attention_ms']:.2f}); step {r['median_step_ms']:.2f} ms = {r['step_over_floor']:.2f}x; "
                          f"attention {100 * r.get('attention_share', 0):.0f}% of the step")
-    best = _best_budget(ok)
+    best = _best_budget(primary_runs(ok))
     for context, r in sorted(best.items()):
         lines.append(f"- best budget at context {context}: {r['budget']} ({r['tokens_per_s']:.1f} tokens/s; "
                      f"runs that parted from their drafter's greedy reference left out)")
@@ -73,7 +86,7 @@ def _best_budget(records: list[dict]) -> dict[int, dict]:
 
 def plot_steps(records: list[dict], path: Path) -> None:
     """Step time against context at the budget run at the most contexts (one point per context)."""
-    timed = [r for r in records if r.get("median_step_ms")]
+    timed = [r for r in primary_runs(records) if r.get("median_step_ms")]
     contexts_per_budget = defaultdict(set)
     for r in timed:
         contexts_per_budget[r["budget"]].add(r["context"])
@@ -101,7 +114,7 @@ def plot_steps(records: list[dict], path: Path) -> None:
 def plot_budget(records: list[dict], path: Path) -> None:
     """Tokens/s (left) and step time (right) against the tree budget, one line per context."""
     by_context: dict[int, list[dict]] = defaultdict(list)
-    for r in records:
+    for r in primary_runs(records):
         if r.get("tokens_per_s") and r.get("variant") != BASELINE:
             by_context[r["context"]].append(r)
     with saved_figure(path, columns=2, size=(9.6, 4)) as (left, right):

@@ -94,7 +94,7 @@ def floor_ms(config: MLAConfig, *, prefix_len: int, tree_nodes: int, element_byt
 def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: int, new_tokens: int,
                 block_size: int, temperature: float, seed: int, greedy: DecodeRun | None,
                 use_graphs: bool = True, measure_attention: bool = True,
-                greedy_batch_invariant: DecodeRun | None = None) -> dict:
+                greedy_batch_invariant: DecodeRun | None = None, sync_phases: bool = False) -> dict:
     """One DDTree run with ``variant``; compared with ``greedy`` (and with the batch-invariant
     greedy run, forwards padded to the budget) when given. The oracle drafter follows the
     batch-invariant run when there is one (the continuation this verify's numerics produce, so a
@@ -105,12 +105,13 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
     reference = setup.history + followed.tokens if followed is not None else None
     drafter = make_drafter(drafter_name, reference=reference, vocab=setup.config.vocab, seed=seed)
     run = ddtree_decode(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size,
-                        temperature=temperature, seed=seed)
+                        temperature=temperature, seed=seed, sync_phases=sync_phases)
     summary = run.summary()
     result = {"variant": variant, "kernel": runner.kernel(budget), "drafter": drafter_name, "budget": budget,
               "drafter_reference": None if drafter_name != "oracle" else (
                   PADDED_GREEDY if greedy_batch_invariant is not None else "greedy"),
-              "block_size": block_size, "temperature": temperature, "graphs": runner.use_graphs, **summary,
+              "block_size": block_size, "temperature": temperature, "graphs": runner.use_graphs,
+              "phase_timing": "synced" if sync_phases else "overlapped", **summary,
               "steps_detail": run.step_dicts()}
     if measure_attention:
         setup.cache.reserve(setup.start_len + budget)
@@ -169,7 +170,8 @@ def run_matrix(args, command: str) -> list[dict]:
     reference_variant = args.greedy_variant or variants_[-1]
     need_greedy = args.check_lossless or args.drafter == "oracle"
     results = []
-    jobs = [(c, v, b) for c in args.context for v in variants_ for b in args.budget]
+    timings = list(dict.fromkeys(args.phase_timing))
+    jobs = [(c, v, b, t) for c in args.context for v in variants_ for b in args.budget for t in timings]
     progress = tqdm(total=len(jobs), desc="decode", unit="run", disable=args.no_progress)
     for context in args.context:
         setups: dict[int, DecodeSetup] = {}
@@ -191,7 +193,7 @@ def run_matrix(args, command: str) -> list[dict]:
         padded_greedy: dict[int, DecodeRun] = {}  # budget -> greedy with forwards padded to it
         for variant in variants_:
             setup = setup_for(page_size_for(variant, args.page_size))
-            for budget in args.budget:
+            for budget, timing in ((b, t) for b in args.budget for t in timings):
                 if args.batch_invariant_greedy and args.temperature == 0 and budget not in padded_greedy:
                     padded_greedy[budget] = greedy_reference(
                         setup_for(page_size_for(reference_variant, args.page_size)), variant=reference_variant,
@@ -211,7 +213,8 @@ def run_matrix(args, command: str) -> list[dict]:
                                                new_tokens=args.new_tokens, block_size=args.block_size,
                                                temperature=args.temperature, seed=args.seed, greedy=greedy,
                                                use_graphs=not args.no_graphs,
-                                               greedy_batch_invariant=padded_greedy.get(budget)))
+                                               greedy_batch_invariant=padded_greedy.get(budget),
+                                               sync_phases=timing == "synced"))
                 except Exception as error:  # a run that fails is a record too; the matrix goes on
                     payload.update({"variant": variant, "budget": budget, "status": "error",
                                     "reason": f"{type(error).__name__}: {str(error)[:500]}"})
@@ -236,9 +239,10 @@ def _match(lossless: dict | None) -> str:
 
 
 def _variant_label(record: dict) -> str:
-    """The requested variant, with the kernel "auto" resolved to."""
+    """The requested variant, with the kernel "auto" resolved to, and "synced" for synced phase timing."""
     kernel = (record.get("kernel") or {}).get("variant")
-    return record["variant"] if kernel in (None, record["variant"]) else f"{record['variant']} ({kernel})"
+    label = record["variant"] if kernel in (None, record["variant"]) else f"{record['variant']} ({kernel})"
+    return label + (" synced" if record.get("phase_timing") == "synced" else "")
 
 
 def format_decode_table(records: list[dict]) -> str:

@@ -2,6 +2,7 @@
 (CPU, float32, attention through the float64 oracle), drafters, weights and the page allocator."""
 
 import json
+import statistics
 import subprocess
 import sys
 
@@ -166,6 +167,41 @@ def test_vk_decode_tiny_cpu_check_lossless(tmp_path):
     assert set(record["mean_phase_ms"]) == {"draft", "tree", "mask", "verify", "walk", "commit"}
 
 
+def test_overlapped_and_synced_phase_timing_decode_the_same_tokens(tiny_model):
+    """The default timing (one wait per step) and the synced one give the same tokens; overlapped
+    steps are timed start to start, synced steps are the sum of their phases."""
+    setup = _setup(tiny_model, context=37, page_size=16)
+    greedy = greedy_reference(setup, variant="reference", new_tokens=20 + 16)
+    runs = {sync: decode_once(setup, variant="reference", drafter_name="oracle", budget=17, new_tokens=20,
+                              block_size=16, temperature=0.0, seed=0, greedy=greedy, sync_phases=sync)
+            for sync in (False, True)}
+    assert runs[False]["tokens"] == runs[True]["tokens"] and runs[False]["lossless"]["identical"]
+    assert (runs[False]["phase_timing"], runs[True]["phase_timing"]) == ("overlapped", "synced")
+    for step in runs[False]["steps_detail"]:
+        assert step["wall_ms"] > 0 and set(step["phases_ms"]) == {"draft", "tree", "mask", "verify", "walk", "commit"}
+        assert step["wall_ms"] >= step["phases_ms"]["draft"] + step["phases_ms"]["tree"]
+    for step in runs[True]["steps_detail"]:
+        assert step["wall_ms"] is None
+    synced = [sum(s["phases_ms"].values()) for s in runs[True]["steps_detail"]]
+    assert runs[True]["median_step_ms"] == pytest.approx(statistics.median(synced))
+    walls = [s["wall_ms"] for s in runs[False]["steps_detail"]]
+    assert runs[False]["median_step_ms"] == pytest.approx(statistics.median(walls))
+
+
+@pytest.mark.gpu
+def test_gpu_overlapped_timing_keeps_the_tokens_and_times_the_commit_on_the_gpu():
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("gluon_wgmma_ws needs a Hopper GPU")
+    model = build_model("tiny", seed=3, dtype=torch.bfloat16, device="cuda")
+    setup = build_setup(model, make_prompt(model.config, None, 9, 3), context=300, max_new=48, max_tree=40,
+                        page_size=64, seed=3, prefill_variant="gluon_wgmma_ws")
+    greedy = greedy_reference(setup, variant="gluon_wgmma_ws", new_tokens=40)
+    runs = [decode_once(setup, variant="gluon_wgmma_ws", drafter_name="oracle", budget=32, new_tokens=24,
+                        block_size=16, temperature=0.0, seed=0, greedy=greedy, sync_phases=sync) for sync in (False, True)]
+    assert runs[0]["tokens"] == runs[1]["tokens"]
+    assert all(s["wall_ms"] > 0 and s["phases_ms"]["commit"] > 0 for s in runs[0]["steps_detail"])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["triton_splitkv", "cuda_coalesced", "triton_ps1", "gluon_wgmma", "gluon_wgmma_ws"])
 def test_gpu_graph_replay_matches_eager_decode(variant):
@@ -223,6 +259,26 @@ def test_decode_report_table_speedups_and_plots(tmp_path):
     text = written[0].read_text()
     assert "2.0x faster than triton_ps1" in text and "best budget at context 20" in text
     assert all(path.stat().st_size > 1000 for path in written[1:])
+
+
+def test_vk_decode_times_each_run_both_ways_and_the_report_keeps_the_overlapped_one(tmp_path):
+    from harness.decode_report import primary_runs, write_decode_report
+
+    out = tmp_path / "decode.jsonl"
+    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
+                                "--context", "20", "--budget", "8,24", "--new-tokens", "12", "--page-size", "16",
+                                "--phase-timing", "overlapped", "synced", "--no-progress", "--out", str(out)],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["budget"], r["phase_timing"]) for r in records] == [
+        (8, "overlapped"), (8, "synced"), (24, "overlapped"), (24, "synced")]
+    assert records[0]["tokens"] == records[1]["tokens"] and "reference synced" in completed.stdout
+    older = {**records[1], "budget": 40}  # a synced record with no overlapped twin (older than the option)
+    del older["phase_timing"]
+    assert primary_runs(records + [older]) == [records[0], records[2], older]
+    text = write_decode_report([out], tmp_path / "report", "tiny")[0].read_text()
+    assert "best budget at context 20" in text
 
 
 def test_vk_decode_fails_when_cpu_float32_tokens_differ(monkeypatch):
