@@ -28,16 +28,6 @@ def _int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
-def _megabytes_delay(text: str) -> tuple[float, float]:
-    try:
-        megabytes, delay_us = (float(x) for x in text.split(":"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected MB:DELAY_US, e.g. 32:320, got {text!r}") from None
-    if megabytes <= 0 or delay_us < 0:
-        raise argparse.ArgumentTypeError(f"expected MB > 0 and DELAY_US >= 0, got {text!r}")
-    return megabytes, delay_us
-
-
 def _json_dict(text: str) -> dict:
     try:
         value = json.loads(text)
@@ -383,9 +373,6 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--pdl", action="store_true",
                         help="programmatic dependent launches between the compiled layers' kernels and the split-K "
                         "GEMMs (Hopper+; with --compile-layers --gemm splitk)")
-    decode.add_argument("--l2-prefetch", type=_megabytes_delay, metavar="MB:DELAY_US",
-                        help="experiment: while each layer's attention runs, pull the first MB of W_UV, o_proj and "
-                             "gate_up into L2 after DELAY_US (harness/l2_prefetch.py; sm_90 or later)")
     decode.add_argument("--phase-timing", nargs="+", choices=["overlapped", "synced"], default=["overlapped"],
                         help="overlapped (default): one wait for the GPU per step, the walk's, so the commit overlaps "
                              "the next draft; synced: a device sync after every phase, so phases add up to the step. "

@@ -35,14 +35,13 @@ class DecodeSetup:
 
 def build_model(preset: str, *, seed: int, dtype: torch.dtype, device: str, weights_path: str | None = None,
                 compile_layers: bool = False, gemm: str = "cublas", gemm_table: str | None = None,
-                pdl: bool = False, l2_prefetch: tuple[float, float] | None = None) -> MLAModel:
+                pdl: bool = False) -> MLAModel:
     if preset not in PRESETS:
         raise ValueError(f"preset: expected one of {sorted(PRESETS)}, got {preset!r}")
     config = PRESETS[preset]
     weights = (load_weights(weights_path, config, dtype=dtype, device=device) if weights_path
                else random_weights(config, seed=seed, dtype=dtype, device=device))
-    return MLAModel(config, weights, compile_layers=compile_layers, gemm=gemm, gemm_table=gemm_table, pdl=pdl,
-                    l2_prefetch=l2_prefetch)
+    return MLAModel(config, weights, compile_layers=compile_layers, gemm=gemm, gemm_table=gemm_table, pdl=pdl)
 
 
 def default_gemm_table(device: str) -> str | None:
@@ -166,8 +165,7 @@ def run_matrix(args, command: str) -> list[dict]:
                          "are bf16/fp16 and GPU-only outside the interpreter)")
     gemm_table = args.gemm_table or (default_gemm_table(device) if args.gemm == "splitk" else None)
     model = build_model(args.preset, seed=args.seed, dtype=dtype, device=device, weights_path=args.weights,
-                        compile_layers=args.compile_layers, gemm=args.gemm, gemm_table=gemm_table, pdl=args.pdl,
-                        l2_prefetch=args.l2_prefetch)
+                        compile_layers=args.compile_layers, gemm=args.gemm, gemm_table=gemm_table, pdl=args.pdl)
     prompt = make_prompt(model.config, args.prompt, args.prompt_len, args.seed)
     reference_variant = args.greedy_variant or variants_[-1]
     need_greedy = args.check_lossless or args.drafter == "oracle"
@@ -205,7 +203,7 @@ def run_matrix(args, command: str) -> list[dict]:
                            "page_size": setup.cache.page_size, "dtype": str(dtype).removeprefix("torch."),
                            "device": device, "new_tokens_requested": args.new_tokens, "seed": args.seed,
                            "compile_layers": args.compile_layers, "gemm": {"kind": args.gemm, "table": gemm_table},
-                           "pdl": args.pdl, "l2_prefetch": args.l2_prefetch}
+                           "pdl": args.pdl}
                 if greedy is not None:
                     payload["greedy"] = {"variant": reference_variant, "seconds": greedy.seconds,
                                          "tokens_per_s": len(greedy.tokens) / greedy.seconds,

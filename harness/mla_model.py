@@ -225,7 +225,7 @@ class MLAModel:
     pool, block table, prefix lengths and tree mask by the caller)."""
 
     def __init__(self, config: MLAConfig, weights: dict, *, compile_layers: bool = False, gemm: str = "cublas",
-                 gemm_table: str | None = None, pdl: bool = False, l2_prefetch: tuple[float, float] | None = None):
+                 gemm_table: str | None = None, pdl: bool = False):
         """``compile_layers``: run the two halves of every layer (before and after attention)
         through torch.compile, which fuses their norms, RoPE, SwiGLU and residuals into a few
         kernels (the GEMMs stay opaque calls). Shapes are marked dynamic after the first recompile,
@@ -237,11 +237,7 @@ class MLAModel:
 
         ``pdl`` (Hopper and later): programmatic dependent launches between the compiled layers'
         Triton kernels and the split-K GEMMs, so a kernel launches, and a GEMM starts pulling its
-        weights into L2, while the kernel before it finishes.
-
-        ``l2_prefetch`` (megabytes, delay in us), an experiment: while each layer's attention runs,
-        a side-stream kernel pulls the first megabytes of W_UV, o_proj and gate_up into L2 after the
-        delay (harness/l2_prefetch.py)."""
+        weights into L2, while the kernel before it finishes."""
         if gemm not in GEMMS:
             raise ValueError(f"gemm: expected one of {GEMMS}, got {gemm!r}")
         if pdl:
@@ -257,10 +253,6 @@ class MLAModel:
             self._linear = SplitKLinear(gemm_table, pdl=pdl)
         else:
             self._linear = matmul_t
-        self._l2_prefetch = None
-        if l2_prefetch is not None:
-            from .l2_prefetch import L2Prefetch
-            self._l2_prefetch = L2Prefetch(*l2_prefetch, device=weights["embed"].device)
         self._mm_out_dtype: bool | None = None
         self._head_float32: torch.Tensor | None = None
         if compile_layers:
@@ -281,16 +273,11 @@ class MLAModel:
         c, w = self.config, self.weights
         hidden = w["embed"][tokens]
         rotations = rope_tables(positions, c.rope, c.rope_theta)
-        prefetch = self._l2_prefetch
         for index, layer in enumerate(w["layers"]):
             q_full, rows = self._attention_inputs(hidden, layer, rotations, c, self._linear)
             write_rows(index, rows)
-            if prefetch is not None:
-                prefetch.start([layer["w_uv"], layer["o_proj"], layer["gate_up"]])
             latent_out = attention(q_full[None], index)[0]  # [T, H, kv_lora]
             hidden = self._layer_output(hidden, latent_out, layer, c, self._linear)
-        if prefetch is not None:
-            prefetch.join()
         return rms_norm(hidden, w["final_norm"], c.eps)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -188,34 +188,6 @@ def test_overlapped_and_synced_phase_timing_decode_the_same_tokens(tiny_model):
     assert runs[False]["median_step_ms"] == pytest.approx(statistics.median(walls))
 
 
-def test_l2_prefetch_option_is_checked():
-    from harness.cli import build_parser
-    from harness.l2_prefetch import L2Prefetch
-
-    assert build_parser().parse_args(["decode", "--l2-prefetch", "32:320"]).l2_prefetch == (32.0, 320.0)
-    for bad in ("32", "0:10", "a:b", "8:-1"):
-        with pytest.raises(SystemExit):
-            build_parser().parse_args(["decode", "--l2-prefetch", bad])
-    with pytest.raises(ValueError, match="sm_90 or later"):
-        L2Prefetch(8, 100, torch.device("cpu"))
-
-
-@pytest.mark.gpu
-def test_gpu_l2_prefetch_leaves_the_tokens_unchanged():
-    """The prefetch is a hint on a side stream: graph-replayed decodes with and without it agree."""
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("cp.async.bulk.prefetch needs sm_90 or later")
-    runs = []
-    for prefetch in (None, (4.0, 20.0)):
-        model = build_model("tiny", seed=3, dtype=torch.bfloat16, device="cuda", l2_prefetch=prefetch)
-        setup = build_setup(model, make_prompt(model.config, None, 9, 3), context=300, max_new=48, max_tree=40,
-                            page_size=64, seed=3, prefill_variant="triton_splitkv")
-        greedy = greedy_reference(setup, variant="triton_splitkv", new_tokens=40)
-        runs.append(decode_once(setup, variant="triton_splitkv", drafter_name="oracle", budget=32, new_tokens=24,
-                                block_size=16, temperature=0.0, seed=0, greedy=greedy))
-    assert runs[0]["tokens"] == runs[1]["tokens"]
-
-
 @pytest.mark.gpu
 def test_gpu_overlapped_timing_keeps_the_tokens_and_times_the_commit_on_the_gpu():
     if torch.cuda.get_device_capability()[0] != 9:
