@@ -86,6 +86,7 @@ class _OverlappedClock(_SyncedClock):
         self.cuda = device.type == "cuda"
         self._events: dict[str, tuple[torch.cuda.Event, torch.cuda.Event]] = {}
         self._last_step: tuple["StepRecord", float] | None = None
+        self._began = 0.0  # this step's start
 
     def start(self) -> None:
         self.times, self._last = {}, time.perf_counter()

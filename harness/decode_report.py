@@ -12,15 +12,11 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from .decode_run import PADDED_GREEDY, format_decode_table
+from .decode_run import PADDED_GREEDY, format_decode_table, timing_suffix
 from .figures import saved_figure
 from .records import read_records
 
 BASELINE = "triton_ps1"
-
-
-def _label(record: dict) -> str:
-    return record["variant"] + (" synced" if record.get("phase_timing") == "synced" else "")
 
 
 def primary_runs(records: list[dict]) -> list[dict]:
@@ -46,12 +42,12 @@ def markdown(records: list[dict], title: str) -> str:
     speedups = speedups_over_baseline(ok)
     for index, speedup in speedups.items():
         r = ok[index]
-        lines.append(f"- context {r['context']}, budget {r['budget']}: {_label(r)} step "
+        lines.append(f"- context {r['context']}, budget {r['budget']}: {r['variant']}{timing_suffix(r)} step "
                      f"{r['median_step_ms']:.1f} ms is {speedup:.1f}x faster than {BASELINE}'s")
     for r in ok:
         if "floor" in r:
             floor = r["floor"]
-            lines.append(f"- context {r['context']}, budget {r['budget']}, {_label(r)}: floor "
+            lines.append(f"- context {r['context']}, budget {r['budget']}, {r['variant']}{timing_suffix(r)}: floor "
                          f"{floor['step_ms']:.2f} ms (weights {floor['weights_ms']:.2f} + attention "
                          f"{floor['attention_ms']:.2f}); step {r['median_step_ms']:.2f} ms = {r['step_over_floor']:.2f}x; "
                          f"attention {100 * r.get('attention_share', 0):.0f}% of the step")

@@ -238,11 +238,16 @@ def _match(lossless: dict | None) -> str:
     return f"diverged at {lossless['first_divergence']} (margin {lossless['greedy_top2_margin_at_divergence']:.3f})"
 
 
+def timing_suffix(record: dict) -> str:
+    """" synced" for a run timed with a sync after every phase (``--phase-timing synced``), else ""."""
+    return " synced" if record.get("phase_timing") == "synced" else ""
+
+
 def _variant_label(record: dict) -> str:
-    """The requested variant, with the kernel "auto" resolved to, and "synced" for synced phase timing."""
+    """The requested variant, with the kernel "auto" resolved to, and the timing suffix."""
     kernel = (record.get("kernel") or {}).get("variant")
     label = record["variant"] if kernel in (None, record["variant"]) else f"{record['variant']} ({kernel})"
-    return label + (" synced" if record.get("phase_timing") == "synced" else "")
+    return label + timing_suffix(record)
 
 
 def format_decode_table(records: list[dict]) -> str:

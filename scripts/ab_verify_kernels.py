@@ -1,10 +1,13 @@
 """Interleaved A/B timing of verify kernels whose power draw differs (the H200 holds its clocks down
 under a power cap for minutes, so timing one contender after the other biases the second).
 
-Each round times every contender once (graph replay, L2 flushed, ``harness.timing.time_graph``);
-the table gives each contender's median over rounds and the SM clock NVML read after its rounds.
-A contender is ``variant[:config-json]``, or ``file=PATH:config-json`` for a variant module kept
-as a file (an earlier version of a kernel, loaded as a sibling of verify_kernels' modules).
+Each contender's output is first checked against the oracle (relative error, the bench's
+tolerance); a wrong one is reported and not timed. Each round then times every contender once
+(graph replay, L2 flushed, ``harness.timing.time_graph``); the table gives each contender's median
+over rounds and the SM clock NVML read after its rounds; ``--out`` appends one record per
+contender (environment, command). A contender is ``variant[:config-json]``, or
+``file=PATH:config-json`` for a variant module kept as a file (an earlier version of a kernel,
+loaded as a sibling of verify_kernels' modules).
 
   python scripts/ab_verify_kernels.py --prefix 185000 --tree 64 --rounds 8 \
       'gluon_wgmma_ws:{"BLOCK_N": 64, "kv_splits": 0}' 'file=old_ws.py:{"BLOCK_N": 64, "kv_splits": 16}'
@@ -13,14 +16,18 @@ as a file (an earlier version of a kernel, loaded as a sibling of verify_kernels
 import argparse
 import importlib.util
 import json
+import shlex
 import statistics
+import sys
 from pathlib import Path
 
 import torch
 from tabulate import tabulate
 
+from harness.cases import TOLERANCE
+from harness.records import append_records, make_record
 from harness.timing import gpu_state, time_graph
-from verify_kernels import make_problem, variants
+from verify_kernels import make_problem, reference_attention, variants
 from verify_kernels.contract import check_arguments
 
 
@@ -44,33 +51,47 @@ def main() -> None:
     parser.add_argument("--tree", type=int, default=64)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--out", help="JSON file for the rows")
+    parser.add_argument("--out", help="JSONL file the records are appended to")
     args = parser.parse_args()
     problem = make_problem(args.prefix, args.tree, args.heads, page_size=64, device="cuda", seed=0)
     shape = check_arguments(*problem.arguments(), **problem.kwargs())
+    reference = reference_attention(*problem.arguments(), **problem.kwargs()).double()
     out = torch.empty(*problem.q.shape[:3], problem.v_dim, dtype=problem.q.dtype, device="cuda")
-    contenders = []
+    contenders, errors = [], {}
     for spec in args.contenders:
         label, module, config = load_contender(spec)
         config = module.complete_config({**module.DEFAULT_CONFIG, **config}, shape)
-        contenders.append((label, lambda m=module, c=config: m.run(*problem.arguments(), **problem.kwargs(), out=out,
-                                                                    config=c)))
+
+        def call(m=module, c=config):
+            m.run(*problem.arguments(), **problem.kwargs(), out=out, config=c)
+
+        out.fill_(float("nan"))
+        call()
+        errors[label] = float((out.double() - reference).norm() / reference.norm())
+        if errors[label] <= TOLERANCE[problem.q.dtype]:
+            contenders.append((label, call))
+        else:
+            print(f"{label}: relative error {errors[label]:.3g} against the oracle; not timed")
     medians = {label: [] for label, _ in contenders}
     clocks = {label: [] for label, _ in contenders}
     for _ in range(args.rounds):
         for label, fn in contenders:
             medians[label].append(time_graph(fn, calls_per_graph=10, replays=10, read_state=False).median_ms)
             clocks[label].append((gpu_state() or {}).get("sm_clock_mhz"))
-    rows = [{"contender": label, "L": args.prefix, "T": args.tree, "H": args.heads,
-             "median_ms": statistics.median(medians[label]), "min_ms": min(medians[label]),
-             "round_medians_ms": medians[label], "sm_clock_mhz_after": clocks[label]} for label, _ in contenders]
-    print(tabulate([(r["contender"], r["L"], r["T"], f"{r['median_ms']:.4f}", f"{r['min_ms']:.4f}",
-                     f"{min(c for c in r['sm_clock_mhz_after'] if c)}-{max(c for c in r['sm_clock_mhz_after'] if c)}")
-                    for r in rows], headers=["contender", "L", "T", "median ms", "min ms", "SM MHz after"]))
+    rows = [{"contender": label, "prefix_len": args.prefix, "tree_nodes": args.tree, "heads": args.heads,
+             "rel_error": errors[label], "median_ms": statistics.median(medians[label]),
+             "min_ms": min(medians[label]), "round_medians_ms": medians[label],
+             "sm_clock_mhz_after": clocks[label]} for label, _ in contenders]
+    def clock_range(values: list) -> str:
+        seen = [v for v in values if v]
+        return f"{min(seen)}-{max(seen)}" if seen else "-"
+
+    print(tabulate([(r["contender"], r["prefix_len"], r["tree_nodes"], f"{r['median_ms']:.4f}", f"{r['min_ms']:.4f}",
+                     f"{r['rel_error']:.1e}", clock_range(r["sm_clock_mhz_after"])) for r in rows],
+                   headers=["contender", "L", "T", "median ms", "min ms", "rel err", "SM MHz after"]))
     if args.out:
-        with open(args.out, "a") as handle:
-            for row in rows:
-                handle.write(json.dumps(row) + "\n")
+        command = shlex.join(["python", *sys.argv])
+        append_records(args.out, [make_record("ab_timing", row, command) for row in rows])
 
 
 if __name__ == "__main__":
