@@ -60,7 +60,7 @@ def main() -> None:
     contenders, errors = [], {}
     for spec in args.contenders:
         label, module, config = load_contender(spec)
-        config = module.complete_config({**module.DEFAULT_CONFIG, **config}, shape)
+        config = variants.resolve_config(label, module, config, shape)
 
         def call(m=module, c=config):
             m.run(*problem.arguments(), **problem.kwargs(), out=out, config=c)
