@@ -63,6 +63,13 @@ class AcceptedCommit:
             self._features = self._commit(hidden)
         self._graph, self._graph_hidden = graph, hidden
 
+    def warm(self, hidden: torch.Tensor) -> None:
+        """Capture the commit's graph for ``hidden`` (the verify bucket's final hidden states) before
+        anything is timed: the first capture loads and compiles its kernels (tens of ms). A no-op
+        on the CPU, where the commit runs eagerly."""
+        if self._path.is_cuda and (self._graph is None or self._graph_hidden is not hidden):
+            self._capture(hidden)
+
     def __call__(self, accepted: list[int], hidden: torch.Tensor) -> torch.Tensor:
         """Commit ``accepted`` (tree nodes from the root, increasing) at the cache's prefix length;
         returns their rows of ``hidden`` [T, hidden] (the verify's final hidden states). The caller
@@ -72,8 +79,7 @@ class AcceptedCommit:
         if not self._path.is_cuda:
             self._upload(accepted)
             return self._commit(hidden)[:len(accepted)]
-        if self._graph is None or self._graph_hidden is not hidden:
-            self._capture(hidden)
+        self.warm(hidden)
         self._upload(accepted)
         self._graph.replay()
         return self._features[:len(accepted)]

@@ -233,7 +233,7 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
     clock = (_SyncedClock if sync_phases else _OverlappedClock)(device)
     commit = AcceptedCommit(cache, budget)
     cache.reserve(cache.prefix_len + budget)
-    runner.warm(budget)
+    commit.warm(runner.warm(budget).hidden)  # the first commit would otherwise load its kernels in step 1
     _sync(device)
     began = time.perf_counter()
     features = None  # the target's final hidden states at the last accepted path, for the drafter

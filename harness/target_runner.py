@@ -131,13 +131,16 @@ class TargetRunner:
             bucket.hidden, bucket.logits = self._forward(bucket)
         bucket.graph = graph
 
-    def warm(self, bucket_nodes: int) -> None:
-        """Compile (and on the GPU capture) the bucket before anything is timed; pages for
-        prefix_len + bucket_nodes must be reserved. Writes rows past the prefix only."""
-        self.run(self.load([0] * bucket_nodes, list(range(-1, bucket_nodes - 1)), list(range(bucket_nodes)),
-                           bucket_nodes))
+    def warm(self, bucket_nodes: int) -> _Bucket:
+        """Compile (and on the GPU capture) the bucket before anything is timed, and return it (its
+        ``hidden`` is the tensor every later run of the bucket writes); pages for prefix_len +
+        bucket_nodes must be reserved. Writes rows past the prefix only."""
+        bucket = self.load([0] * bucket_nodes, list(range(-1, bucket_nodes - 1)), list(range(bucket_nodes)),
+                           bucket_nodes)
+        self.run(bucket)
         if self.cache.pool.device.type == "cuda":
             torch.cuda.synchronize()
+        return bucket
 
     def kernel(self, bucket_nodes: int) -> dict | None:
         """The variant and config the verify calls of this bucket run ("auto" resolved the way

@@ -79,6 +79,34 @@ def test_accepted_commit_moves_the_path_in_every_layer(tiny_model):
         AcceptedCommit(cache, budget=4)([1, 2], hidden)
 
 
+@pytest.mark.gpu
+def test_gpu_commit_warm_captures_the_graph_once_and_leaves_the_rows():
+    """The decode loop warms the commit before timing: warm() captures its graph (the root copied
+    onto itself, so no row moves), and the first real commit replays that graph."""
+    from harness.accepted_commit import AcceptedCommit
+
+    cache = PagedKVCache.for_tokens(3, 200, 16, 8, dtype=torch.bfloat16, device="cuda")
+    cache.reserve(70)
+    cache.pool.copy_(torch.randn(cache.pool.shape, device="cuda"))
+    cache.set_prefix_len(37)
+    slots = cache.slots(torch.arange(70, device="cuda"))
+    before = cache.pool.view(3, -1, 8)[:, slots].clone()
+    hidden = torch.randn(20, 5, device="cuda")
+    commit = AcceptedCommit(cache, budget=20)
+    commit.warm(hidden)
+    graph = commit._graph
+    assert graph is not None
+    assert torch.equal(cache.pool.view(3, -1, 8)[:, slots], before)
+    accepted = [0, 2, 3, 9]
+    features = commit(accepted, hidden)
+    assert commit._graph is graph
+    after = cache.pool.view(3, -1, 8)[:, slots]
+    assert torch.equal(features, hidden[accepted])
+    assert torch.equal(after[:, :37], before[:, :37])
+    for i, node in enumerate(accepted):
+        assert torch.equal(after[:, 37 + i], before[:, 37 + node]), f"path entry {i}"
+
+
 def test_perfect_oracle_accepts_whole_blocks(tiny_model):
     setup = _setup(tiny_model, context=20, page_size=16)
     greedy = greedy_reference(setup, variant="reference", new_tokens=40)
