@@ -82,9 +82,9 @@ def main() -> None:
             medians[label].append(time_graph(fn, calls_per_graph=10, replays=10, read_state=False).median_ms)
             clocks[label].append((gpu_state() or {}).get("sm_clock_mhz"))
     rows = [{"contender": label, "prefix_len": args.prefix, "tree_nodes": args.tree, "heads": args.heads,
-             "rel_error": errors[label],
-             "passes_oracle": errors[label] <= TOLERANCE[problem.q.dtype], "median_ms": statistics.median(medians[label]),
-             "min_ms": min(medians[label]), "round_medians_ms": medians[label],
+             "rel_error": errors[label], "passes_oracle": errors[label] <= TOLERANCE[problem.q.dtype],
+             "median_ms": statistics.median(medians[label]), "min_ms": min(medians[label]),
+             "round_medians_ms": medians[label],
              "sm_clock_mhz_after": clocks[label]} for label, _ in contenders]
     def clock_range(values: list) -> str:
         seen = [v for v in values if v]
