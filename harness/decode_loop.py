@@ -233,11 +233,10 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
     clock = (_SyncedClock if sync_phases else _OverlappedClock)(device)
     commit = AcceptedCommit(cache, budget)
     cache.reserve(cache.prefix_len + budget)
-    # The first commit and the walk's first argmax would otherwise load their kernels inside step 1
-    # (about 27 and 6 ms at k2-tp8): counted in tokens/s, though not in the median step.
+    # The first commit would otherwise load its kernels inside step 1 (about 27 ms at k2-tp8):
+    # counted in tokens/s, though not in the median step. The greedy picks are in the verify's graph.
     bucket = runner.warm(budget)
     commit.warm(bucket.hidden)
-    bucket.logits.argmax(dim=-1).cpu()
     _sync(device)
     began = time.perf_counter()
     features = None  # the target's final hidden states at the last accepted path, for the drafter
@@ -259,7 +258,7 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
         if temperature > 0:
             accepted, bonus = walk_sampled(tree, logits[:count], temperature, generator)
         else:
-            accepted, bonus = walk(tree, logits[:count].argmax(dim=-1))
+            accepted, bonus = walk(tree, bucket.picks[:count])
         clock.lap("walk")
         clock.gpu_begin("commit")
         features = commit(accepted, bucket.hidden)

@@ -42,6 +42,7 @@ class _Bucket:
     uploaded: torch.cuda.Event | None = None  # the last copies out of host_ids / host_mask
     graph: torch.cuda.CUDAGraph | None = None
     logits: torch.Tensor | None = None
+    picks: torch.Tensor | None = None    # [T] int64: argmax of the logits (the greedy picks), in the graph
     hidden: torch.Tensor | None = None   # [T, hidden] final hidden states of the last run
 
 
@@ -73,7 +74,7 @@ class TargetRunner:
         return verify_attention(*arguments, sm_scale=self.model.config.sm_scale, variant=self.attention,
                                 validate=False, out=out)
 
-    def _forward(self, bucket: _Bucket) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward(self, bucket: _Bucket) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cache = self.cache
         base = cache.prefix_lens[0].to(torch.int64)
         slots = cache.slots(base + bucket.offsets)
@@ -81,7 +82,8 @@ class TargetRunner:
             bucket.tokens, base + bucket.depths,
             write_rows=lambda layer, rows: cache.write_rows(layer, slots, rows),
             attention=lambda q, layer: self.attend(q, layer, bucket.mask))
-        return hidden, self.model.logits(hidden)
+        logits = self.model.logits(hidden)
+        return hidden, logits, logits.argmax(dim=-1)
 
     def load(self, tokens: list[int], parents: list[int], depths: list[int], bucket_nodes: int) -> _Bucket:
         """Put a tree into the bucket's static inputs, padded to ``bucket_nodes``: the mask built on
@@ -107,12 +109,13 @@ class TargetRunner:
         return bucket
 
     def run(self, bucket: _Bucket) -> torch.Tensor:
-        """Logits [T, vocab] of the loaded tree; pages for prefix_len + T must be reserved."""
+        """Logits [T, vocab] of the loaded tree (their argmax in ``bucket.picks``); pages for
+        prefix_len + T must be reserved."""
         if self.cache.capacity < self.cache.prefix_len + bucket.nodes:
             raise RuntimeError(f"KV cache: {self.cache.prefix_len + bucket.nodes} rows needed, "
                                f"{self.cache.capacity} reserved")
         if not self.use_graphs:
-            bucket.hidden, bucket.logits = self._forward(bucket)
+            bucket.hidden, bucket.logits, bucket.picks = self._forward(bucket)
             return bucket.logits
         if bucket.graph is None:
             self._capture(bucket)
@@ -128,7 +131,7 @@ class TargetRunner:
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            bucket.hidden, bucket.logits = self._forward(bucket)
+            bucket.hidden, bucket.logits, bucket.picks = self._forward(bucket)
         bucket.graph = graph
 
     def warm(self, bucket_nodes: int) -> _Bucket:

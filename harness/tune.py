@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -172,8 +173,7 @@ def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minut
     if not feasible:
         raise ValueError(f"{key.variant} on {arch}: no statically feasible config in the search space")
     name = key.study_name + ("|exhaustive" if exhaustive else "")
-    study = optuna.create_study(study_name=name, storage=open_storage(storage), direction="minimize",
-                                load_if_exists=True, sampler=optuna.samplers.TPESampler(seed=seed))
+    study = open_study(name, open_storage(storage), seed, kernel_source_hash(key.variant))
     study.set_user_attr("key", asdict(key))
     study.set_user_attr("arch", arch)
     if not study.trials:
@@ -195,6 +195,32 @@ def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minut
         study.optimize(objective, n_trials=None if budget is None else stop.max_proposals,
                        timeout=None if minutes is None else 60 * minutes, catch=(TrialFailed,), callbacks=[stop],
                        show_progress_bar=progress)
+    return study
+
+
+def open_study(name: str, storage, seed: int, kernel_hash: str):
+    """The study ``name``, resumed only if its trials measured this kernel source (``kernel_hash``,
+    kept as the study's ``kernel_source_hash`` attribute). A study of another source, or one from
+    before the attribute, is archived whole as "<name>|kernel <its hash>" and the key starts over,
+    so a changed kernel is never ranked by its predecessor's timings."""
+    import optuna
+
+    sampler = optuna.samplers.TPESampler(seed=seed)
+    if name in optuna.get_all_study_names(storage):
+        old = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        measured, trials = old.user_attrs.get("kernel_source_hash", "unrecorded"), len(old.trials)
+        if trials and measured != kernel_hash:
+            archive = f"{name}|kernel {measured}"
+            if archive in optuna.get_all_study_names(storage):
+                optuna.delete_study(study_name=archive, storage=storage)
+            optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage, to_study_name=archive)
+            optuna.delete_study(study_name=name, storage=storage)
+            warnings.warn(f"study {name}: its {trials} trials measured kernel source {measured}, the "
+                          f"kernel is now {kernel_hash}; archived as {archive!r}, tuning this key again",
+                          stacklevel=2)
+    study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True,
+                                sampler=sampler)
+    study.set_user_attr("kernel_source_hash", kernel_hash)
     return study
 
 

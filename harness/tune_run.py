@@ -9,14 +9,24 @@ import sys
 from pathlib import Path
 
 
+def tune_keys(args, sku: str):
+    """The keys the arguments name: variants x prefix lengths x tree sizes x heads."""
+    from verify_kernels.dispatch import l_bucket
+
+    from .tune import TuneKey
+
+    for variant in args.variants:
+        for length in args.prefix:
+            for nodes in args.tree:
+                for heads in args.heads:
+                    yield TuneKey(variant, sku, l_bucket(length), nodes, heads, args.page_size, args.dtype, length)
+
+
 def run_tune(args, argv: list[str]) -> int:
     """Tune every key the arguments name (or fan out to --workers processes), then print the winners."""
     import torch
 
-    from verify_kernels.dispatch import l_bucket
-
-    from .tune import (DEFAULT_STORAGE, TuneKey, neighbour_winners, save_winner, tune_key, winner_record,
-                       winners_path)
+    from .tune import DEFAULT_STORAGE, neighbour_winners, save_winner, tune_key, winner_record, winners_path
 
     fake = bool(os.environ.get("VK_TUNE_FAKE"))
     if not torch.cuda.is_available() and not fake:
@@ -31,24 +41,20 @@ def run_tune(args, argv: list[str]) -> int:
         Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     path = args.winners or winners_path(sku)
     rows = []
-    for variant in args.variants:
-        for length in args.prefix:
-            for nodes in args.tree:
-                for heads in args.heads:
-                    key = TuneKey(variant, sku, l_bucket(length), nodes, heads, args.page_size, args.dtype, length)
-                    study = tune_key(key, arch=arch, storage=storage, trials=args.trials, minutes=args.minutes,
-                                     seed=args.seed, warm_start=neighbour_winners(path, key),
-                                     timeout_s=args.trial_timeout, rep_ms=args.rep_ms, progress=not args.no_progress,
-                                     compile=not args.no_compile, exhaustive=args.exhaustive)
-                    if args.worker_only or args.exhaustive:
-                        continue
-                    record = winner_record(study, key)
-                    if record:
-                        save_winner(record, path)
-                        rows.append((variant, length, nodes, heads, f"{record['median_ms']:.4f}",
-                                     f"{record['default_median_ms']:.4f}" if record["default_median_ms"] else "-",
-                                     f"{record['speedup_over_default']:.2f}x" if record["speedup_over_default"] else "-",
-                                     record["measured"], record["failed"], json.dumps(record["config"])))
+    for key in tune_keys(args, sku):
+        study = tune_key(key, arch=arch, storage=storage, trials=args.trials, minutes=args.minutes,
+                         seed=args.seed, warm_start=neighbour_winners(path, key),
+                         timeout_s=args.trial_timeout, rep_ms=args.rep_ms, progress=not args.no_progress,
+                         compile=not args.no_compile, exhaustive=args.exhaustive)
+        if args.worker_only or args.exhaustive:
+            continue
+        record = winner_record(study, key)
+        if record:
+            save_winner(record, path)
+            rows.append((key.variant, key.prefix_len, key.tree_nodes, key.heads, f"{record['median_ms']:.4f}",
+                         f"{record['default_median_ms']:.4f}" if record["default_median_ms"] else "-",
+                         f"{record['speedup_over_default']:.2f}x" if record["speedup_over_default"] else "-",
+                         record["measured"], record["failed"], json.dumps(record["config"])))
     if rows:
         from tabulate import tabulate
 
@@ -71,12 +77,16 @@ def _tune_workers(args, argv: list[str]) -> int:
 
     import torch
 
-    from .tune import DEFAULT_STORAGE, open_storage
+    from .search_space import kernel_source_hash
+    from .tune import DEFAULT_STORAGE, open_storage, open_study
 
     storage = args.storage or DEFAULT_STORAGE
     if storage.startswith("sqlite:///"):
         Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    open_storage(storage)  # create the schema once, before workers race to create it
+    opened = open_storage(storage)  # the schema and the studies once, before the workers race to create them
+    for key in tune_keys(args, args.gpu or gpu_sku_or_fake(bool(os.environ.get("VK_TUNE_FAKE")))):
+        open_study(key.study_name + ("|exhaustive" if args.exhaustive else ""), opened, args.seed,
+                   kernel_source_hash(key.variant))
     gpus = max(1, torch.cuda.device_count())
     argv = _without_option(argv, "--workers")
     processes = []

@@ -11,6 +11,21 @@ from harness.search_space import kernel_source_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 WS_PATCHED_AT = "189877040873e776"  # gluon_wgmma_ws's source hash when experiments/ws/*.diff were made
+WS_BASE_COMMIT = "1c8feeb"  # the last commit with that source (the TMA loader came after)
+
+
+def _patch_base(target: Path, tmp_path: Path) -> Path:
+    """The source a patch was made against: the file itself, or gluon_wgmma_ws at WS_BASE_COMMIT."""
+    if target.name != "gluon_wgmma_ws.py" or kernel_source_hash("gluon_wgmma_ws") == WS_PATCHED_AT:
+        return target
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{WS_BASE_COMMIT}:verify_kernels/gluon_wgmma_ws.py"],
+                           capture_output=True, text=True)
+    if shown.returncode:
+        pytest.skip(f"gluon_wgmma_ws changed since its experiments were made; their base is commit "
+                    f"{WS_BASE_COMMIT}, not in this checkout's history")
+    base = tmp_path / "base.py"
+    base.write_text(shown.stdout)
+    return base
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch tool")
@@ -18,9 +33,8 @@ WS_PATCHED_AT = "189877040873e776"  # gluon_wgmma_ws's source hash when experime
 def test_experiment_patch_applies(diff, tmp_path):
     first = diff.read_text().splitlines()[0]
     target = ROOT / first.removeprefix("--- ").strip()
-    if target.name == "gluon_wgmma_ws.py" and kernel_source_hash("gluon_wgmma_ws") != WS_PATCHED_AT:
-        pytest.skip("gluon_wgmma_ws changed since its experiments were made; they apply to its earlier source")
-    result = subprocess.run(["patch", "-s", "-o", str(tmp_path / "patched.py"), str(target), str(diff)],
+    result = subprocess.run(["patch", "-s", "-o", str(tmp_path / "patched.py"), str(_patch_base(target, tmp_path)),
+                             str(diff)],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     compile((tmp_path / "patched.py").read_text(), diff.name, "exec")

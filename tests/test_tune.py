@@ -113,6 +113,28 @@ def test_infeasible_proposals_never_reach_the_worker(tmp_path, fake_env, monkeyp
     assert all(t.user_attrs.get("invalidity") == "constraints" or "duplicate_of" in t.user_attrs for t in pruned)
 
 
+def test_study_of_another_kernel_source_is_archived_not_resumed(tmp_path, fake_env):
+    storage = f"sqlite:///{tmp_path / 'src.db'}"
+    space, feasible, rejected = tune.feasible_space("triton_splitkv", "sm_120", progress=False, compile=False)
+
+    def run(trials):
+        return tune.tune_key(KEY, arch="sm_120", storage=storage, trials=trials, minutes=None, seed=0, warm_start=[],
+                             timeout_s=60, rep_ms=10, progress=False, compile=False,
+                             feasible_override=(space, feasible, rejected))
+
+    first = run(3)
+    current = tune.kernel_source_hash(KEY.variant)
+    assert first.user_attrs["kernel_source_hash"] == current and tune.measured_trials(first) == 3
+    assert len(run(3).trials) == len(first.trials)  # same source: resumed, nothing measured again
+    first.set_user_attr("kernel_source_hash", "0" * 16)  # as if the kernel changed since
+    with pytest.warns(UserWarning, match="archived"):
+        fresh = run(2)
+    assert tune.measured_trials(fresh) == 2 and fresh.user_attrs["kernel_source_hash"] == current
+    archived = optuna.load_study(study_name=f"{KEY.study_name}|kernel {'0' * 16}",
+                                 storage=tune.open_storage(storage))
+    assert tune.measured_trials(archived) == 3
+
+
 def test_winners_check_flags_stale_source(tmp_path):
     path = tmp_path / "w.yaml"
     record = {"study": "s", "kernel_source_hash": "0" * 16, "variant": "triton_splitkv"}

@@ -10,14 +10,17 @@ FlashMLA's first Hopper kernel splits the work:
   shared-memory and tensor time), the online softmax (row reductions inside a warp), hands P and
   the rescale factor to warpgroup 1 through shared memory, then O[:, :256] += P V[:, :256] with P
   from registers;
-- warpgroup 1 (the worker partition): copies KV tiles (cp.async, whole rows of a page) into a
-  2-stage ring, and computes O[:, 256:] += P V[:, 256:] with P read from shared memory, so its
-  half of P V overlaps warpgroup 0's next S and softmax.
+- warpgroup 1 (the worker partition): copies KV tiles into a 2-stage ring (TMA: a tile's rows
+  from one page, 64 x 64 boxes issued by one lane per warp; cp.async, positions clamped, for
+  pages smaller than the tile and for the sequence's last partial tile), and computes
+  O[:, 256:] += P V[:, 256:] with P read from shared memory, so its half of P V overlaps warpgroup
+  0's next S and softmax. TMA instead of cp.async: 9-11% faster at T 64-256 (no addresses, no
+  per-row block-table reads, no cp.async issue on the warpgroup that also does P V).
 
 CTA: 64 query rows (row r = node * H + head of one request) against one KV split, tiles of
 BLOCK_N positions. Shared memory: Q [64, 576], 2 x KV [BLOCK_N, 576], P [64, BLOCK_N], the
-rescale factor and the row sums. Barriers (mbarriers): kv_ready[stage] (cp.async arrivals of the
-loader's 128 threads), kv_free[stage] (both warpgroups done with a stage), p_ready / p_free (the P
+rescale factor and the row sums. Barriers (mbarriers): kv_ready[stage] (the TMA byte count, or
+the cp.async arrivals), kv_free[stage] (both warpgroups done with a stage), p_ready / p_free (the P
 hand-off), sums_ready (the final row sums for warpgroup 1's normalisation).
 
 Positions past the sequence are clamped to its last row when copied and masked to -inf in S; rows
@@ -32,8 +35,9 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .contract import ProblemShape
 from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
@@ -68,16 +72,31 @@ def _pool_rows(table, tile_start, seq_len, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.
 
 
 @gluon.jit
-def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, table, tile_start, seq_len, PAGE_SIZE: gl.constexpr,
-               BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
-    """cp.async one KV tile into ``stage``; each thread arrives on kv_ready[stage] when its copies land."""
-    lat_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
-    rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    lat_rows = _pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, lat_layout)
-    _copy_rows(kv_lat.index(stage), KV, lat_rows, DV + DR, DV, lat_layout)
-    rope_rows = _pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, rope_layout)
-    _copy_rows(kv_rope.index(stage), KV + DV, rope_rows, DV + DR, DR, rope_layout)
-    async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=False)
+def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table, tile_start, seq_len,
+               PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
+    """Copy one KV tile into ``stage``; kv_ready[stage] (count 1) completes when it has landed.
+
+    A whole tile inside one page and the sequence goes by TMA: two bulk copies (latent, rope) of
+    BLOCK_N pool rows issued by one thread, the bytes counted by the barrier. Any other tile (pages
+    smaller than BLOCK_N, the sequence's last partial tile) goes by cp.async with its positions
+    clamped to the last row, so no row past the sequence (NaN in unused slots) reaches P V.
+    """
+    if (PAGE_SIZE >= BLOCK_N) & (tile_start + BLOCK_N <= seq_len):
+        row = gl.load(table + tile_start // PAGE_SIZE) * PAGE_SIZE + tile_start % PAGE_SIZE
+        mbarrier.expect(kv_ready.index(stage), BLOCK_N * (DV + DR) * KV.dtype.element_ty.primitive_bitwidth // 8)
+        tma.async_copy_global_to_shared(lat_desc, [row, 0], kv_ready.index(stage), kv_lat.index(stage))
+        tma.async_copy_global_to_shared(rope_desc, [row, 0], kv_ready.index(stage), kv_rope.index(stage))
+    else:
+        lat_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+        rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+        lat_rows = _pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, lat_layout)
+        _copy_rows(kv_lat.index(stage), KV, lat_rows, DV + DR, DV, lat_layout)
+        rope_rows = _pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, rope_layout)
+        _copy_rows(kv_rope.index(stage), KV + DV, rope_rows, DV + DR, DR, rope_layout)
+        # Each thread's arrival is pending until its copies land; one plain arrival completes the count.
+        async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=True)
+        gl.thread_barrier()
+        mbarrier.arrive(kv_ready.index(stage))
 
 
 @gluon.jit
@@ -177,7 +196,7 @@ def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_s
 
 @gluon.jit
 def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
-                      sums_ready, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, row_block,
+                      sums_ready, KV, lat_desc, rope_desc, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, row_block,
                       split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE: gl.constexpr,
                       BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, KV_SPLITS: gl.constexpr):
     """Warpgroup 1: the KV tile copies and the right half of O."""
@@ -186,9 +205,11 @@ def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, 
                                                        instr_shape=[16, DV // 2, 16])
     p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
-    _load_tile(kv_lat, kv_rope, kv_ready, 0, KV, table, start, seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
+    _load_tile(kv_lat, kv_rope, kv_ready, 0, KV, lat_desc, rope_desc, table, start, seq_len, PAGE_SIZE, BLOCK_N,
+               DV, DR)
     if num_tiles > 1:
-        _load_tile(kv_lat, kv_rope, kv_ready, 1, KV, table, start + BLOCK_N, seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
+        _load_tile(kv_lat, kv_rope, kv_ready, 1, KV, lat_desc, rope_desc, table, start + BLOCK_N, seq_len,
+                   PAGE_SIZE, BLOCK_N, DV, DR)
     for i in range(num_tiles):
         stage = i % 2
         mbarrier.wait(p_ready, i & 1)
@@ -205,8 +226,8 @@ def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, 
         mbarrier.arrive(kv_free.index(stage))
         if i + 2 < num_tiles:
             mbarrier.wait(kv_free.index(stage), (i // 2) & 1)  # warpgroup 0 is done with it too
-            _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, table, start + (i + 2) * BLOCK_N, seq_len, PAGE_SIZE,
-                       BLOCK_N, DV, DR)
+            _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table, start + (i + 2) * BLOCK_N,
+                       seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
     mbarrier.wait(sums_ready, 0)
     sums = sums_smem.load(gl.SliceLayout(1, o_layout))
     # The running max is only read for the LSE, which warpgroup 0 writes: ``sums`` stands in for it.
@@ -216,7 +237,7 @@ def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, 
 
 @gluon.jit
 def _ws_verify_kernel(
-    Q, KV, BlockTable, PrefixLens, TreeMask, PartialOut, PartialLse, Out,
+    Q, KV, LatDesc, RopeDesc, BlockTable, PrefixLens, TreeMask, PartialOut, PartialLse, Out,
     scale_log2,
     stride_qb, stride_qt, stride_qh,
     stride_table_b,
@@ -259,7 +280,7 @@ def _ws_verify_kernel(
     p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     sums_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     for stage in gl.static_range(2):
-        mbarrier.init(kv_ready.index(stage), count=32 * 4)  # one cp.async arrival per loader thread
+        mbarrier.init(kv_ready.index(stage), count=1)  # the TMA byte count, or the cp.async path's one arrival
         mbarrier.init(kv_free.index(stage), count=2)        # one per warpgroup
     mbarrier.init(p_ready, count=1)
     mbarrier.init(p_free, count=1)
@@ -284,7 +305,7 @@ def _ws_verify_kernel(
                              mask_rows_base, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, split, request,
                              num_rows, H, prefix_len, seq_len, start, num_tiles, BLOCK_N, DV, KV_SPLITS)),
         (_loader_partition, (kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
-                             sums_ready, KV, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
+                             sums_ready, KV, LatDesc, RopeDesc, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
                              row_block, split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE, BLOCK_N, DV,
                              DR, KV_SPLITS)),
     ], [4], [WORKER_REGS])
@@ -317,6 +338,19 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
     return config
 
 
+def kv_descriptors(kv_cache, block_n: int, v_dim: int):
+    """TMA descriptors of the pool as rows [num_pages * page_size, Dqk]: the latent columns and the
+    rope columns, each a box of ``block_n`` rows in the kernel's shared-memory layout."""
+    rows = kv_cache.view(-1, kv_cache.shape[-1])
+    dtype = gl.bfloat16 if kv_cache.dtype == torch.bfloat16 else gl.float16
+    lat_layout = gl.NVMMASharedLayout.get_default_for([block_n, v_dim], dtype)
+    rope_dim = kv_cache.shape[-1] - v_dim
+    rope_layout = gl.NVMMASharedLayout.get_default_for([block_n, rope_dim], dtype)
+    return (TensorDescriptor(rows, [rows.shape[0], v_dim], [rows.shape[1], 1], [block_n, v_dim], lat_layout),
+            TensorDescriptor(rows[:, v_dim:], [rows.shape[0], rope_dim], [rows.shape[1], 1], [block_n, rope_dim],
+                             rope_layout))
+
+
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
     """Launch the kernel (and the shared combine when kv_splits > 1); ``out`` written in place."""
     from .split_combine import launch_combine, partial_buffers
@@ -326,8 +360,9 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     page_size = kv_cache.shape[1]
     split_len = triton.cdiv(triton.cdiv(block_table.shape[1] * page_size, kv_splits), block_n) * block_n
     partial_out, partial_lse = partial_buffers(out, kv_splits)
+    lat_desc, rope_desc = kv_descriptors(kv_cache, block_n, v_dim)
     _ws_verify_kernel[(triton.cdiv(tree_nodes * heads, BLOCK_M), kv_splits, batch)](
-        q, kv_cache, block_table, prefix_lens, tree_mask, partial_out, partial_lse, out,
+        q, kv_cache, lat_desc, rope_desc, block_table, prefix_lens, tree_mask, partial_out, partial_lse, out,
         sm_scale * LOG2E,
         q.stride(0), q.stride(1), q.stride(2),
         block_table.stride(0),
@@ -339,6 +374,13 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     )
     if kv_splits > 1:
         launch_combine(partial_out, partial_lse, out, kv_splits)
+
+
+def _descriptor_type(dtype: str, block_rows: int, columns: int) -> str:
+    """The signature type Triton gives a TensorDescriptor argument from ``kv_descriptors``."""
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, columns], getattr(gl, {"bf16": "bfloat16",
+                                                                                        "fp16": "float16"}[dtype]))
+    return f"tensordesc<{dtype}[{block_rows}, {columns}],{layout}>"
 
 
 def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree_nodes: int = 64, heads: int = 8,
@@ -358,8 +400,9 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
             "stride_ot": heads * 512, "stride_oh": 512, "T": tree_nodes, "H": heads, "split_len": split_len}
     return [TritonKernelSpec(
         "ws_verify", _ws_verify_kernel,
-        {"Q": pointer, "KV": pointer, "BlockTable": "*i32", "PrefixLens": "*i32", "TreeMask": "*i32",
-         "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
+        {"Q": pointer, "KV": pointer, "LatDesc": _descriptor_type(dtype, block_n, 512),
+         "RopeDesc": _descriptor_type(dtype, block_n, 64), "BlockTable": "*i32", "PrefixLens": "*i32",
+         "TreeMask": "*i32", "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
         {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "KV_SPLITS": kv_splits,
          "WORKER_REGS": WORKER_REGISTERS},
         PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,

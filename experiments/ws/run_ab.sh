@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Ablations and candidates of gluon_wgmma_ws (experiments/ws/*.diff, each a patch of the kernel at
-# source hash 189877040873e776), timed round-robin beside the registered kernel with
-# scripts/ab_verify_kernels.py. The patched modules are written to experiments/ws/ws_NAME.py
+# source hash 189877040873e776, commit 1c8feeb), timed round-robin beside the registered kernel with
+# scripts/ab_verify_kernels.py. The kernel has changed since (tma.diff was adopted); to time them as
+# the records did, first restore that source as the registered one:
+#   git show 1c8feeb:verify_kernels/gluon_wgmma_ws.py > verify_kernels/gluon_wgmma_ws.py The patched modules are written to experiments/ws/ws_NAME.py
 # (git-ignored). A bounded one-round run of each first, so a hang (a barrier protocol error) ends
 # the call early.
 #
