@@ -19,8 +19,8 @@
 from __future__ import annotations
 
 import json
-import warnings
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -210,9 +210,10 @@ def open_study(name: str, storage, seed: int, kernel_hash: str):
         old = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
         measured, trials = old.user_attrs.get("kernel_source_hash", "unrecorded"), len(old.trials)
         if trials and measured != kernel_hash:
-            archive = f"{name}|kernel {measured}"
-            if archive in optuna.get_all_study_names(storage):
-                optuna.delete_study(study_name=archive, storage=storage)
+            names, archive, copy = set(optuna.get_all_study_names(storage)), f"{name}|kernel {measured}", 1
+            while archive in names:  # an earlier archive of the same source is kept too
+                copy += 1
+                archive = f"{name}|kernel {measured} ({copy})"
             optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage, to_study_name=archive)
             optuna.delete_study(study_name=name, storage=storage)
             warnings.warn(f"study {name}: its {trials} trials measured kernel source {measured}, the "

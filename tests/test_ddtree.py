@@ -17,7 +17,7 @@ def _draft(depth, ranks, seed):
 
 
 def _paths(tree):
-    parents, depths = tree.parents.tolist(), tree.depths.tolist()
+    parents = tree.parents.tolist()
     result = []
     for node in range(len(parents)):
         path, current = [], node

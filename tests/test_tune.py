@@ -133,6 +133,10 @@ def test_study_of_another_kernel_source_is_archived_not_resumed(tmp_path, fake_e
     archived = optuna.load_study(study_name=f"{KEY.study_name}|kernel {'0' * 16}",
                                  storage=tune.open_storage(storage))
     assert tune.measured_trials(archived) == 3
+    fresh.set_user_attr("kernel_source_hash", "0" * 16)  # the same old source again: a second archive
+    with pytest.warns(UserWarning, match=r"\(2\)"):
+        run(1)
+    assert f"{KEY.study_name}|kernel {'0' * 16}" in optuna.get_all_study_names(tune.open_storage(storage))
 
 
 def test_winners_check_flags_stale_source(tmp_path):
@@ -222,7 +226,7 @@ def test_workers_on_journal_storage(tmp_path, fake_env):
 def test_workers_on_postgresql(tmp_path, fake_env):
     """The same two-worker run pointed at a PostgreSQL storage URL."""
     url = os.environ["VK_TEST_POSTGRES_URL"]
-    name = f"triton_splitkv|fake-cpu|L4096|T16|H8|ps64|bfloat16"
+    name = "triton_splitkv|fake-cpu|L4096|T16|H8|ps64|bfloat16"
     try:
         optuna.delete_study(study_name=name, storage=url)
     except KeyError:
