@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# One device call after gluon_wgmma_ws took its TMA loader (2026-12-03): re-tune it at T 64 (the
-# decode's budget; its studies of the cp.async kernel are archived by vk tune), the gpu decode tests
-# of gluon_wgmma_ws (graph replay == eager, so the picks computed in the verify graph), then the k2-tp8 decode rows, triton_ps1 and
-# auto in the same run (compiled layers; tokens against plain greedy and greedy padded to the budget).
-# Records and results/tuned (tuned.tgz) under $OUT.
-# Usage (repository root, optuna wheels in .whl/): bash scripts/gpu_tma_closing.sh [tune s] [decode s]
+# One device call after gluon_wgmma_ws took its TMA loader (2026-12-03), most needed first: the gpu
+# decode test of gluon_wgmma_ws (graph replay == eager, so also the greedy picks computed in the
+# verify graph); the k2-tp8 decode rows, triton_ps1 and auto in the same run (compiled layers;
+# tokens against plain greedy and greedy padded to the budget); then its re-tune at T 64 (the
+# decode's budget; vk tune archives its studies of the cp.async kernel). Records and results/tuned
+# (tuned.tgz) under $OUT.
+# Usage (repository root, optuna wheels in .whl/): bash scripts/gpu_tma_closing.sh [decode s] [tune s]
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
 sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
-quiet() { grep -v -i "warn\|_original_init\|failed_trial_callback"; }
-timeout -s INT -k 15 "${1:-170}" python3 -m harness tune --variants gluon_wgmma_ws --prefix 131072,32768,4096 \
+timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py -k "gluon_wgmma_ws" --tb=short 2>&1 \
+  | tail -n 4 | tee "$OUT/pytest-decode-gpu-tma-$sku.txt"
+COMPILE=1 BATCH_INVARIANT=1 MAIN_S=${1:-250} SWEEP_S=0 bash scripts/gpu_decode.sh 48 skip-tests
+timeout -s INT -k 15 "${2:-150}" python3 -m harness tune --variants gluon_wgmma_ws --prefix 131072,32768,4096 \
   --tree 64 --heads 8 --trials 12 --rep-ms 50 --trial-timeout 120 --no-progress 2>&1 | tee -a results/tuned/tune.txt \
-  | quiet | tail -n 6
+  | grep -v -i "warn\|_original_init\|failed_trial_callback" | tail -n 6
 python3 -m harness tuned --check 2>&1 | tail -n 8
 tar czf "$OUT/tuned.tgz" results/tuned
-timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py -k "gluon_wgmma_ws" \
-  --tb=short 2>&1 | tail -n 4 | tee "$OUT/pytest-decode-gpu-tma-$sku.txt"
-COMPILE=1 BATCH_INVARIANT=1 MAIN_S=${2:-280} SWEEP_S=0 bash scripts/gpu_decode.sh 48 skip-tests
