@@ -323,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--trial-timeout", type=float, default=180.0, help="seconds before a trial counts as hung")
     tune.add_argument("--rep-ms", type=float, default=100.0)
+    tune.add_argument("--timing", choices=["events", "graph"], default="events",
+                      help="events: eager calls between CUDA events (a launch's host time shows once it exceeds "
+                           "the kernel's); graph: CUDA-graph replay, the kernels alone (how the decode runs them)")
     tune.add_argument("--exhaustive", action="store_true",
                       help="measure every feasible config once (study '<key>|exhaustive'), for vk tune-quality")
     tune.add_argument("--winners", type=Path, help="winners YAML (default results/tuned/<gpu-sku>.yaml)")

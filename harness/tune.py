@@ -58,10 +58,13 @@ def canonical(config: dict) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-def evaluate(key: TuneKey, config: dict, *, timeout_s: float, rep_ms: float, worker: TrialProcess) -> dict:
-    """Run one config in the worker process; crashes and timeouts become failed results."""
+def evaluate(key: TuneKey, config: dict, *, timeout_s: float, rep_ms: float, worker: TrialProcess,
+             timing: str = "events") -> dict:
+    """Run one config in the worker process; crashes and timeouts become failed results. ``timing``:
+    the bench's mode, "events" (eager calls, so a launch's host time shows once it exceeds the
+    GPU's) or "graph" (CUDA-graph replay: the kernels alone)."""
     job = {"variant": key.variant, "config": config, "prefix_len": key.prefix_len, "tree_nodes": key.tree_nodes,
-           "heads": key.heads, "page_size": key.page_size, "dtype": key.dtype, "rep_ms": rep_ms}
+           "heads": key.heads, "page_size": key.page_size, "dtype": key.dtype, "rep_ms": rep_ms, "timing": timing}
     return worker.run(job, timeout_s)
 
 
@@ -98,7 +101,7 @@ def open_storage(url: str):
 
 
 def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], rejected: dict[str, str], *,
-                   timeout_s: float, rep_ms: float, worker: TrialProcess):
+                   timeout_s: float, rep_ms: float, worker: TrialProcess, timing: str = "events"):
     import optuna
 
     names = list(space["tunables"])
@@ -125,7 +128,7 @@ def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], re
                 if name in earlier.user_attrs:
                     trial.set_user_attr(name, earlier.user_attrs[name])
             return earlier.value
-        result = evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker)
+        result = evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker, timing=timing)
         for name, value in result.items():
             trial.set_user_attr(name, value)
         if result.get("status") != "ok":
@@ -158,7 +161,7 @@ def default_config_for(variant: str, arch: str, space: dict) -> dict:
 
 def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minutes: float | None, seed: int,
              warm_start: list[dict], timeout_s: float, rep_ms: float, progress: bool, compile: bool = True,
-             feasible_override=None, exhaustive: bool = False):
+             feasible_override=None, exhaustive: bool = False, timing: str = "events"):
     """Run (or continue) the study of one key; returns the study.
 
     ``exhaustive``: measure every feasible config once, in a study named "<key>|exhaustive" (the
@@ -173,7 +176,7 @@ def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minut
     if not feasible:
         raise ValueError(f"{key.variant} on {arch}: no statically feasible config in the search space")
     name = key.study_name + ("|exhaustive" if exhaustive else "")
-    study = open_study(name, open_storage(storage), seed, kernel_source_hash(key.variant))
+    study = open_study(name, open_storage(storage), seed, kernel_source_hash(key.variant), timing)
     study.set_user_attr("key", asdict(key))
     study.set_user_attr("arch", arch)
     if not study.trials:
@@ -191,37 +194,42 @@ def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minut
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with TrialProcess() as worker:
         objective = make_objective(key, space, feasible, rejected, timeout_s=timeout_s, rep_ms=rep_ms,
-                                   worker=worker)
+                                   worker=worker, timing=timing)
         study.optimize(objective, n_trials=None if budget is None else stop.max_proposals,
                        timeout=None if minutes is None else 60 * minutes, catch=(TrialFailed,), callbacks=[stop],
                        show_progress_bar=progress)
     return study
 
 
-def open_study(name: str, storage, seed: int, kernel_hash: str):
-    """The study ``name``, resumed only if its trials measured this kernel source (``kernel_hash``,
-    kept as the study's ``kernel_source_hash`` attribute). A study of another source, or one from
-    before the attribute, is archived whole as "<name>|kernel <its hash>" and the key starts over,
-    so a changed kernel is never ranked by its predecessor's timings."""
+def open_study(name: str, storage, seed: int, kernel_hash: str, timing: str = "events"):
+    """The study ``name``, resumed only if its trials measured this kernel source (``kernel_hash``)
+    with this timing mode (the study's ``kernel_source_hash`` and ``timing`` attributes; a study
+    from before them counts as "unrecorded", "events"). Any other study is archived whole as
+    "<name>|kernel <its hash> <its timing>" and the key starts over, so a changed kernel is never
+    ranked by its predecessor's timings, nor graph timings mixed with eager ones."""
     import optuna
 
     sampler = optuna.samplers.TPESampler(seed=seed)
     if name in optuna.get_all_study_names(storage):
         old = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
-        measured, trials = old.user_attrs.get("kernel_source_hash", "unrecorded"), len(old.trials)
-        if trials and measured != kernel_hash:
-            names, archive, copy = set(optuna.get_all_study_names(storage)), f"{name}|kernel {measured}", 1
+        measured = (old.user_attrs.get("kernel_source_hash", "unrecorded"), old.user_attrs.get("timing", "events"))
+        trials = len(old.trials)
+        if trials and measured != (kernel_hash, timing):
+            label = " ".join(measured)
+            names, archive, copy = set(optuna.get_all_study_names(storage)), f"{name}|kernel {label}", 1
             while archive in names:  # an earlier archive of the same source is kept too
                 copy += 1
-                archive = f"{name}|kernel {measured} ({copy})"
+                archive = f"{name}|kernel {label} ({copy})"
             optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage, to_study_name=archive)
             optuna.delete_study(study_name=name, storage=storage)
-            warnings.warn(f"study {name}: its {trials} trials measured kernel source {measured}, the "
-                          f"kernel is now {kernel_hash}; archived as {archive!r}, tuning this key again",
+            warnings.warn(f"study {name}: its {trials} trials measured kernel source {measured[0]} ({measured[1]} "
+                          f"timing), this run {kernel_hash} ({timing}); archived as {archive!r}, tuning this key "
+                          f"again",
                           stacklevel=2)
     study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True,
                                 sampler=sampler)
     study.set_user_attr("kernel_source_hash", kernel_hash)
+    study.set_user_attr("timing", timing)
     return study
 
 
@@ -271,7 +279,8 @@ def winner_record(study, key: TuneKey) -> dict | None:
         "trials": len(study.trials), "measured": sum("duplicate_of" not in t.user_attrs and
                                                       t.state == optuna.trial.TrialState.COMPLETE for t in study.trials),
         "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials),
-        "kernel_source_hash": kernel_source_hash(key.variant), "source_hash": source_hash(), "torch": str(env["torch"]), "triton": env["triton"], "cupy": env["cupy"],
+        "kernel_source_hash": kernel_source_hash(key.variant), "timing": study.user_attrs.get("timing", "events"),
+        "source_hash": source_hash(), "torch": str(env["torch"]), "triton": env["triton"], "cupy": env["cupy"],
         "driver": env.get("driver"), "study": study.study_name,
     }
     return record

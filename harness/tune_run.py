@@ -45,7 +45,7 @@ def run_tune(args, argv: list[str]) -> int:
         study = tune_key(key, arch=arch, storage=storage, trials=args.trials, minutes=args.minutes,
                          seed=args.seed, warm_start=neighbour_winners(path, key),
                          timeout_s=args.trial_timeout, rep_ms=args.rep_ms, progress=not args.no_progress,
-                         compile=not args.no_compile, exhaustive=args.exhaustive)
+                         compile=not args.no_compile, exhaustive=args.exhaustive, timing=args.timing)
         if args.worker_only or args.exhaustive:
             continue
         record = winner_record(study, key)
@@ -86,7 +86,7 @@ def _tune_workers(args, argv: list[str]) -> int:
     opened = open_storage(storage)  # the schema and the studies once, before the workers race to create them
     for key in tune_keys(args, args.gpu or gpu_sku_or_fake(bool(os.environ.get("VK_TUNE_FAKE")))):
         open_study(key.study_name + ("|exhaustive" if args.exhaustive else ""), opened, args.seed,
-                   kernel_source_hash(key.variant))
+                   kernel_source_hash(key.variant), args.timing)
     gpus = max(1, torch.cuda.device_count())
     argv = _without_option(argv, "--workers")
     processes = []

@@ -53,7 +53,8 @@ def measure(job: dict) -> dict:
     point = BenchPoint(job["variant"], job["prefix_len"], job["tree_nodes"], job["heads"], job["page_size"],
                        dtype=job["dtype"], config=tuple(sorted(job["config"].items())))
     problem, reference = _problem_and_reference(point, job.get("seed", 0))
-    payload = bench_point(point, problem, reference, None, mode="events", rep_ms=job.get("rep_ms", 100.0))
+    payload = bench_point(point, problem, reference, None, mode=job.get("timing", "events"),
+                          rep_ms=job.get("rep_ms", 100.0))
     return {key: payload[key] for key in ("status", "reason", "median_ms", "iqr_ms", "rel_error", "reps")
             if key in payload}
 

@@ -130,13 +130,18 @@ def test_study_of_another_kernel_source_is_archived_not_resumed(tmp_path, fake_e
     with pytest.warns(UserWarning, match="archived"):
         fresh = run(2)
     assert tune.measured_trials(fresh) == 2 and fresh.user_attrs["kernel_source_hash"] == current
-    archived = optuna.load_study(study_name=f"{KEY.study_name}|kernel {'0' * 16}",
+    archived = optuna.load_study(study_name=f"{KEY.study_name}|kernel {'0' * 16} events",
                                  storage=tune.open_storage(storage))
     assert tune.measured_trials(archived) == 3
     fresh.set_user_attr("kernel_source_hash", "0" * 16)  # the same old source again: a second archive
     with pytest.warns(UserWarning, match=r"\(2\)"):
         run(1)
-    assert f"{KEY.study_name}|kernel {'0' * 16}" in optuna.get_all_study_names(tune.open_storage(storage))
+    assert f"{KEY.study_name}|kernel {'0' * 16} events" in optuna.get_all_study_names(tune.open_storage(storage))
+    with pytest.warns(UserWarning, match="archived"):  # graph timings never join a study of eager ones
+        graph = tune.tune_key(KEY, arch="sm_120", storage=storage, trials=1, minutes=None, seed=0, warm_start=[],
+                              timeout_s=60, rep_ms=10, progress=False, compile=False, timing="graph",
+                              feasible_override=(space, feasible, rejected))
+    assert graph.user_attrs["timing"] == "graph" and tune.winner_record(graph, KEY)["timing"] == "graph"
 
 
 def test_winners_check_flags_stale_source(tmp_path):

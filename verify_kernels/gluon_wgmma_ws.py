@@ -30,6 +30,8 @@ Hopper only (sm_90); the CPU suite compiles it for sm_90, the GPU suite checks i
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -338,17 +340,22 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
     return config
 
 
+@functools.lru_cache(maxsize=None)
+def _tile_layout(rows: int, columns: int, dtype: torch.dtype):
+    """The kernel's shared-memory layout of a [rows, columns] tile (built once: about 20 us each)."""
+    return gl.NVMMASharedLayout.get_default_for([rows, columns], gl.bfloat16 if dtype == torch.bfloat16
+                                                else gl.float16)
+
+
 def kv_descriptors(kv_cache, block_n: int, v_dim: int):
     """TMA descriptors of the pool as rows [num_pages * page_size, Dqk]: the latent columns and the
     rope columns, each a box of ``block_n`` rows in the kernel's shared-memory layout."""
     rows = kv_cache.view(-1, kv_cache.shape[-1])
-    dtype = gl.bfloat16 if kv_cache.dtype == torch.bfloat16 else gl.float16
-    lat_layout = gl.NVMMASharedLayout.get_default_for([block_n, v_dim], dtype)
-    rope_dim = kv_cache.shape[-1] - v_dim
-    rope_layout = gl.NVMMASharedLayout.get_default_for([block_n, rope_dim], dtype)
-    return (TensorDescriptor(rows, [rows.shape[0], v_dim], [rows.shape[1], 1], [block_n, v_dim], lat_layout),
+    rope_dim = rows.shape[1] - v_dim
+    return (TensorDescriptor(rows, [rows.shape[0], v_dim], [rows.shape[1], 1], [block_n, v_dim],
+                             _tile_layout(block_n, v_dim, kv_cache.dtype)),
             TensorDescriptor(rows[:, v_dim:], [rows.shape[0], rope_dim], [rows.shape[1], 1], [block_n, rope_dim],
-                             rope_layout))
+                             _tile_layout(block_n, rope_dim, kv_cache.dtype)))
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
@@ -378,8 +385,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
 
 def _descriptor_type(dtype: str, block_rows: int, columns: int) -> str:
     """The signature type Triton gives a TensorDescriptor argument from ``kv_descriptors``."""
-    layout = gl.NVMMASharedLayout.get_default_for([block_rows, columns], getattr(gl, {"bf16": "bfloat16",
-                                                                                        "fp16": "float16"}[dtype]))
+    layout = _tile_layout(block_rows, columns, {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
     return f"tensordesc<{dtype}[{block_rows}, {columns}],{layout}>"
 
 
