@@ -49,7 +49,7 @@ def markdown(records: list[dict], title: str) -> str:
             floor = r["floor"]
             lines.append(f"- context {r['context']}, budget {r['budget']}, {r['variant']}{timing_suffix(r)}: floor "
                          f"{floor['step_ms']:.2f} ms (weights {floor['weights_ms']:.2f} + attention "
-                         f"{floor['attention_ms']:.2f}); step {r['median_step_ms']:.2f} ms = {r['step_over_floor']:.2f}x; "
+                         f"{floor['attention_ms']:.2f}); step {r['median_step_ms']:.2f} ms = {r['step_over_floor']:.3f}x; "
                          f"attention {100 * r.get('attention_share', 0):.0f}% of the step")
     best = _best_budget(primary_runs(ok))
     for context, r in sorted(best.items()):

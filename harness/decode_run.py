@@ -264,7 +264,7 @@ def format_decode_table(records: list[dict]) -> str:
                      f"{phases['verify']:.2f}", f"{r['attention_ms_per_step']:.2f}" if "attention_ms_per_step" in r else "-",
                      f"{phases['draft'] + phases['tree'] + phases['mask']:.2f}", f"{phases['walk'] + phases['commit']:.2f}",
                      f"{r['mean_accepted']:.2f}", f"{r['tokens_per_s']:.1f}",
-                     f"{r['step_over_floor']:.2f}x" if "step_over_floor" in r else "-", _match(r.get("lossless")))
+                     f"{r['step_over_floor']:.3f}x" if "step_over_floor" in r else "-", _match(r.get("lossless")))
                     + ((_match(r.get("lossless_batch_invariant")),) if padded else ()))
     return tabulate(rows, headers=["context", "variant", "budget", "step ms", "verify ms", "attn ms", "draft+tree+mask",
                                    "walk+commit", "tokens/step", "tokens/s", "vs floor", "vs greedy"]
