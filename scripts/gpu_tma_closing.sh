@@ -3,8 +3,9 @@
 # decode test of gluon_wgmma_ws (graph replay == eager, so also the greedy picks computed in the
 # verify graph); the k2-tp8 decode rows, triton_ps1 and auto in the same run (compiled layers;
 # tokens against plain greedy and greedy padded to the budget); then its re-tune at T 64 (the
-# decode's budget; vk tune archives its studies of the cp.async kernel). Records and results/tuned
-# (tuned.tgz) under $OUT.
+# decode's budget; vk tune archives its studies of the cp.async kernel), timed by graph replay (the
+# run of 2026-12-03 timed eager calls, measured the launch path and was discarded: results/README.md,
+# Tuning). Records and results/tuned (tuned.tgz) under $OUT.
 # Usage (repository root, optuna wheels in .whl/): bash scripts/gpu_tma_closing.sh [decode s] [tune s]
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -15,7 +16,7 @@ timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py 
   | tail -n 4 | tee "$OUT/pytest-decode-gpu-tma-$sku.txt"
 COMPILE=1 BATCH_INVARIANT=1 MAIN_S=${1:-250} SWEEP_S=0 bash scripts/gpu_decode.sh 48 skip-tests
 timeout -s INT -k 15 "${2:-150}" python3 -m harness tune --variants gluon_wgmma_ws --prefix 131072,32768,4096 \
-  --tree 64 --heads 8 --trials 12 --rep-ms 50 --trial-timeout 120 --no-progress 2>&1 | tee -a results/tuned/tune.txt \
+  --tree 64 --heads 8 --trials 12 --rep-ms 50 --trial-timeout 120 --timing graph --no-progress 2>&1 | tee -a results/tuned/tune.txt \
   | grep -v -i "warn\|_original_init\|failed_trial_callback" | tail -n 6
 python3 -m harness tuned --check 2>&1 | tail -n 8
 tar czf "$OUT/tuned.tgz" results/tuned
