@@ -4,7 +4,9 @@
 # 16, 64, 256), H 8, every config of its
 # 12-point space measured (events timing, L2 flushed). Resumable like gpu_tune.sh (the studies live
 # in results/tuned/optuna.db); results/tuned packed into $OUT.
-# Usage (repository root, optuna wheels in .whl/): [VARIANT=gluon_wgmma_ws] [TREES=64] [TIMING=graph] bash scripts/gpu_tune_gluon.sh [seconds, default 300]
+# TIMING=graph times by CUDA-graph replay (the kernels alone) instead of eager calls between events.
+# Usage (repository root, optuna wheels in .whl/):
+#   [VARIANT=gluon_wgmma_ws] [TREES=64] [TIMING=graph] bash scripts/gpu_tune_gluon.sh [seconds, default 300]
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
