@@ -123,6 +123,26 @@ def test_gluon_kernels_compile_for_sm90_and_are_refused_for_sm120(variant):
     assert all(not r["feasible"] and "wgmma" in r["reason"] for r in sm120), sm120
 
 
+@pytest.mark.parametrize("dtype, block_n", [(torch.bfloat16, 64), (torch.float16, 32)])
+def test_ws_tma_descriptors_match_what_the_static_compile_declares(dtype, block_n):
+    """gluon_wgmma_ws's TMA descriptors (built on the host, here over a CPU pool) cover the pool's
+    rows, the latent columns from element 0 and the rope columns from element v_dim, and Triton
+    types them exactly as kernel_specs declares them, so `vk static` compiles the launched kernel."""
+    from triton.runtime.jit import mangle_type
+
+    from verify_kernels import gluon_wgmma_ws as ws
+
+    pool = torch.empty(7, 64, 576, dtype=dtype)
+    latent, rope = ws.kv_descriptors(pool, block_n, 512)
+    assert latent.base.data_ptr() == pool.data_ptr() and rope.base.data_ptr() == pool.data_ptr() + 512 * 2
+    assert list(latent.shape) == [7 * 64, 512] and list(rope.shape) == [7 * 64, 64]
+    assert list(latent.strides) == list(rope.strides) == [576, 1]
+    assert latent.block_shape == [block_n, 512] and rope.block_shape == [block_n, 64]
+    signature = ws.kernel_specs({"BLOCK_N": block_n, "kv_splits": 4},
+                                dtype={torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype])[0].signature()
+    assert (signature["LatDesc"], signature["RopeDesc"]) == (mangle_type(latent), mangle_type(rope))
+
+
 def test_one_wave_split_choice():
     """one_wave: the most splits whose CTAs all fit on the SMs at once, capped by length and
     MAX_KV_SPLITS; the default rounds up to a power of two."""
