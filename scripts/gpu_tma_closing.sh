@@ -8,15 +8,10 @@
 # Tuning). Records and results/tuned (tuned.tgz) under $OUT.
 # Usage (repository root, optuna wheels in .whl/): bash scripts/gpu_tma_closing.sh [decode s] [tune s]
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
 sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
 timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py -k "gluon_wgmma_ws" --tb=short 2>&1 \
   | tail -n 4 | tee "$OUT/pytest-decode-gpu-tma-$sku.txt"
 COMPILE=1 BATCH_INVARIANT=1 MAIN_S=${1:-250} SWEEP_S=0 bash scripts/gpu_decode.sh 48 skip-tests
-timeout -s INT -k 15 "${2:-150}" python3 -m harness tune --variants gluon_wgmma_ws --prefix 131072,32768,4096 \
-  --tree 64 --heads 8 --trials 12 --rep-ms 50 --trial-timeout 120 --timing graph --no-progress 2>&1 \
-  | tee -a results/tuned/tune.txt | grep -v -i "warn\|_original_init\|failed_trial_callback" | tail -n 6
-python3 -m harness tuned --check 2>&1 | tail -n 8
-tar czf "$OUT/tuned.tgz" results/tuned
+VARIANT=gluon_wgmma_ws TREES=64 TIMING=graph bash scripts/gpu_tune_gluon.sh "${2:-150}"

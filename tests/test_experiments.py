@@ -1,6 +1,7 @@
 """The kernel experiments kept as patches (experiments/) still apply to the source they were made
 against, so their run scripts rebuild what the records in results/ timed."""
 
+import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,17 +15,24 @@ WS_PATCHED_AT = "189877040873e776"  # gluon_wgmma_ws's source hash when experime
 WS_BASE_COMMIT = "1c8feeb"  # the last commit with that source (the TMA loader came after)
 
 
+@functools.cache
+def _ws_base_source() -> str | None:
+    """gluon_wgmma_ws at WS_BASE_COMMIT (read from git once), or None without that history."""
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{WS_BASE_COMMIT}:verify_kernels/gluon_wgmma_ws.py"],
+                           capture_output=True, text=True)
+    return None if shown.returncode else shown.stdout
+
+
 def _patch_base(target: Path, tmp_path: Path) -> Path:
     """The source a patch was made against: the file itself, or gluon_wgmma_ws at WS_BASE_COMMIT."""
     if target.name != "gluon_wgmma_ws.py" or kernel_source_hash("gluon_wgmma_ws") == WS_PATCHED_AT:
         return target
-    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{WS_BASE_COMMIT}:verify_kernels/gluon_wgmma_ws.py"],
-                           capture_output=True, text=True)
-    if shown.returncode:
+    source = _ws_base_source()
+    if source is None:
         pytest.skip(f"gluon_wgmma_ws changed since its experiments were made; their base is commit "
                     f"{WS_BASE_COMMIT}, not in this checkout's history")
     base = tmp_path / "base.py"
-    base.write_text(shown.stdout)
+    base.write_text(source)
     return base
 
 
