@@ -6,6 +6,11 @@ layer) and the path's final hidden states are gathered for the drafter. Eagerly 
 small launches plus an upload from pageable memory; here the path, padded to the budget with the
 root (``commit_accepted`` ignores entries past the length), and its length go up in one pinned
 copy, and one graph replay does the rest. The CPU path runs the same function eagerly.
+
+Greedy decoding does not upload the path at all: ``start_greedy`` replays a graph that walks the
+tree on the device (``ddtree.greedy_path``, from the verify graph's picks) and commits the path it
+finds, and ``finish_greedy`` reads the path and the bonus token back in one copy. The host never
+sits between the verify and the commit.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import torch
 
 from verify_kernels import commit_accepted
 
+from .ddtree import greedy_path
 from .kv_pool import PagedKVCache
 
 
@@ -29,6 +35,10 @@ class AcceptedCommit:
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_hidden: torch.Tensor | None = None
         self._features: torch.Tensor | None = None
+        self._greedy_graph: torch.cuda.CUDAGraph | None = None
+        self._greedy_inputs: tuple | None = None  # (address, shape) of each input the graph reads
+        self._greedy_result: torch.Tensor | None = None  # [budget + 2]: path, length, bonus
+        self._greedy_features: torch.Tensor | None = None
 
     def _commit(self, hidden: torch.Tensor) -> torch.Tensor:
         cache = self.cache
@@ -83,3 +93,48 @@ class AcceptedCommit:
         self._upload(accepted)
         self._graph.replay()
         return self._features[:len(accepted)]
+
+    def _walk_and_commit(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        result = greedy_path(*tree)  # [T + 2]: the path padded with the root, its length, the bonus token
+        self._path.copy_(result[:self.budget + 1])
+        return result, self._commit(hidden)
+
+    def warm_greedy(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor) -> None:
+        """Capture the greedy walk-and-commit graph for the bucket's static inputs ``tree``
+        (tokens, parents, picks [T], tree_mask, count, with T = the budget) and ``hidden``. Its warm-up
+        run walks and commits whatever the bucket holds, which moves tree rows only (positions
+        prefix_len .. prefix_len + T - 1, none of them committed). A no-op on the CPU."""
+        if tree[0].shape[0] != self.budget:
+            raise ValueError(f"tree: expected a bucket of the budget's {self.budget} nodes, got {tree[0].shape[0]}")
+        inputs = tuple((tensor.data_ptr(), tuple(tensor.shape)) for tensor in (*tree, hidden))
+        if not self._path.is_cuda or (self._greedy_graph is not None and self._greedy_inputs == inputs):
+            return
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            self._walk_and_commit(tree, hidden)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._greedy_result, self._greedy_features = self._walk_and_commit(tree, hidden)
+        self._greedy_graph, self._greedy_inputs = graph, inputs
+
+    def start_greedy(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor) -> None:
+        """Launch the greedy walk over the verified tree and the commit of the path it accepts (one
+        graph replay on the GPU, queued behind the verify; eager on the CPU). ``tree`` and
+        ``hidden`` as in ``warm_greedy``. The caller then advances the prefix length by the path's
+        length, which ``finish_greedy`` returns."""
+        if not self._path.is_cuda:
+            self._greedy_result, self._greedy_features = self._walk_and_commit(tree, hidden)
+            return
+        self.warm_greedy(tree, hidden)
+        self._greedy_graph.replay()
+
+    def finish_greedy(self) -> tuple[list[int], int, torch.Tensor]:
+        """(accepted nodes from the root, bonus token, their rows of ``hidden``) of the last
+        ``start_greedy``: one device-to-host copy, which waits for the walk."""
+        if self._greedy_result is None:
+            raise RuntimeError("finish_greedy: no greedy walk was started")
+        values = self._greedy_result.tolist()
+        length = values[self.budget]
+        return values[:length], values[self.budget + 1], self._greedy_features[:length]

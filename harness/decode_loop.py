@@ -9,6 +9,12 @@ One DDTree step, with the root (the previous bonus token) not yet in the cache:
   commit  the accepted path's rows moved to contiguous positions in every layer
           (commit_accepted), pages past the new length returned to the allocator
 
+Greedy steps walk on the device: the verify graph computes the picks, and one more graph, queued
+right behind it, walks the tree and commits the path (accepted_commit.py); the host then reads
+the path and bonus token back in one copy ("walk": that read, which waits for the walk's graph;
+"commit": the walk-and-commit graph's GPU time when overlapped, else the host's bookkeeping).
+At temperature > 0 the host samples the walk from the logits and uploads the path to the commit.
+
 Two ways to time a step (``sync_phases``):
 - overlapped (the default): the loop waits for the GPU once per step, where the walk needs the
   verify's logits, as a serving loop would; the commit's kernels then run while the host drafts
@@ -30,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .accepted_commit import AcceptedCommit
-from .ddtree import build_tree, walk, walk_sampled
+from .ddtree import build_tree, walk_sampled
 from .drafters import Drafter
 from .target_runner import TargetRunner
 
@@ -219,6 +225,11 @@ def greedy_decode(runner: TargetRunner, history: list[int], new_tokens: int, *, 
     return run
 
 
+def _greedy_inputs(bucket) -> tuple[torch.Tensor, ...]:
+    """What the device walk reads from a verified bucket (ddtree.greedy_path's arguments)."""
+    return bucket.tokens, bucket.parents, bucket.picks, bucket.mask, bucket.count
+
+
 def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, drafter: Drafter, *, budget: int,
                   block_size: int = 16, temperature: float = 0.0, seed: int = 0,
                   sync_phases: bool = False) -> DecodeRun:
@@ -236,7 +247,10 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
     # The first commit would otherwise load its kernels inside step 1 (about 27 ms at k2-tp8):
     # counted in tokens/s, though not in the median step. The greedy picks are in the verify's graph.
     bucket = runner.warm(budget)
-    commit.warm(bucket.hidden)
+    if temperature > 0:
+        commit.warm(bucket.hidden)
+    else:
+        commit.warm_greedy(_greedy_inputs(bucket), bucket.hidden)
     _sync(device)
     began = time.perf_counter()
     features = None  # the target's final hidden states at the last accepted path, for the drafter
@@ -247,30 +261,37 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
         tree = build_tree(history[-1], draft.top_tokens, draft.top_logprobs, budget)
         clock.lap("tree")
         cache.reserve(cache.prefix_len + budget)
-        bucket = runner.load(tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist(), budget)
+        tokens = tree.tokens.tolist()
+        bucket = runner.load(tokens, tree.parents.tolist(), tree.depths.tolist(), budget)
         clock.lap("mask")
         clock.gpu_begin("verify")
         logits = runner.run(bucket)
         clock.gpu_end("verify")
-        clock.wait_for("verify")  # the walk reads the verify's picks
-        clock.lap("verify")
-        count = len(tree.tokens)
         if temperature > 0:
-            accepted, bonus = walk_sampled(tree, logits[:count], temperature, generator)
+            clock.wait_for("verify")  # the walk samples the verify's logits on the host
+            clock.lap("verify")
+            accepted, bonus = walk_sampled(tree, logits[:len(tokens)], temperature, generator)
+            clock.lap("walk")
+            clock.gpu_begin("commit")
+            features = commit(accepted, bucket.hidden)
         else:
-            accepted, bonus = walk(tree, bucket.picks[:count])
-        clock.lap("walk")
-        clock.gpu_begin("commit")
-        features = commit(accepted, bucket.hidden)
+            clock.gpu_begin("commit")
+            commit.start_greedy(_greedy_inputs(bucket), bucket.hidden)  # queued right behind the verify
+            clock.gpu_end("commit")
+            clock.wait_for("verify")
+            clock.lap("verify")
+            accepted, bonus, features = commit.finish_greedy()
+            clock.lap("walk")
         new_len = cache.prefix_len + len(accepted)
         cache.set_prefix_len(new_len)
         cache.truncate(new_len)
-        clock.gpu_end("commit")
+        if temperature > 0:
+            clock.gpu_end("commit")
         clock.lap("commit")
-        produced = [int(tree.tokens[node]) for node in accepted[1:]] + [bonus]
+        produced = [tokens[node] for node in accepted[1:]] + [bonus]
         history.extend(produced)
         run.tokens.extend(produced)
-        run.steps.append(StepRecord(count, len(produced), dict(clock.times)))
+        run.steps.append(StepRecord(len(tokens), len(produced), dict(clock.times)))
         clock.step_done(run.steps[-1])
     clock.finish()
     run.seconds = time.perf_counter() - began

@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy
 import torch
 
 
@@ -59,31 +60,39 @@ class OracleDrafter:
             raise ValueError(f"top_k: expected 2 <= top_k < vocab ({vocab}), got {top_k}")
         self.reference, self.vocab, self.top_k = list(reference), vocab, top_k
         self.p_first, self.decay, self.miss, self.seed = p_first, decay, miss, seed
+        self._profiles: dict[int, list[float]] = {}
 
     def p_true_first(self, depth: int) -> float:
         return self.p_first * self.decay ** (depth - 1)
 
+    def _profile(self, depth: int) -> list[float]:
+        """The rank log-probabilities at ``depth`` (computed once per depth)."""
+        if depth not in self._profiles:
+            head = min(0.99, max(0.3, self.p_true_first(depth)))
+            self._profiles[depth] = _rank_profile(self.top_k, head=head)
+        return self._profiles[depth]
+
     def draft(self, history: list[int], block_size: int, hidden=None) -> BlockDraft:
         rng = random.Random(hash((self.seed, len(history))))
+        uniform, vocab, top_k = rng.random, self.vocab, self.top_k
         truth = self.reference[len(history):len(history) + block_size]
         tokens, logprobs = [], []
-        for depth in range(1, len(truth) + 1):
-            true = truth[depth - 1]
-            others = []
-            while len(others) < self.top_k:
-                candidate = rng.randrange(self.vocab)
+        for depth, true in enumerate(truth, start=1):
+            others: list[int] = []
+            while len(others) < top_k:  # distinct wrong tokens, uniform over the vocabulary
+                candidate = int(uniform() * vocab)
                 if candidate != true and candidate not in others:
                     others.append(candidate)
-            if rng.random() < self.p_true_first(depth):
-                row = [true] + others[:self.top_k - 1]
-            elif rng.random() < self.miss:
+            if uniform() < self.p_true_first(depth):
+                row = [true] + others[:top_k - 1]
+            elif uniform() < self.miss:
                 row = others
             else:
-                rank = rng.randrange(1, self.top_k)
-                row = others[:rank] + [true] + others[rank:self.top_k - 1]
+                rank = 1 + int(uniform() * (top_k - 1))
+                row = others[:rank] + [true] + others[rank:top_k - 1]
             tokens.append(row)
-            logprobs.append(_rank_profile(self.top_k, head=min(0.99, max(0.3, self.p_true_first(depth)))))
-        return _block(tokens, logprobs, self.top_k)
+            logprobs.append(self._profile(depth))
+        return _block(tokens, logprobs, top_k)
 
 
 class NgramDrafter:
@@ -115,10 +124,12 @@ class NgramDrafter:
 def _block(tokens: list[list[int]], logprobs: list[list[float]], top_k: int) -> BlockDraft:
     """[D, K] tensors; rows shorter than K are padded with rank copies at -inf (never popped)."""
     width = max([len(row) for row in tokens] or [top_k])
-    padded_tokens = [row + [row[0]] * (width - len(row)) for row in tokens]
-    padded_logprobs = [row + [-math.inf] * (width - len(row)) for row in logprobs]
-    return BlockDraft(torch.tensor(padded_tokens, dtype=torch.int64).view(len(tokens), width),
-                      torch.tensor(padded_logprobs, dtype=torch.float64).view(len(tokens), width))
+    if any(len(row) != width for row in tokens):
+        tokens = [row + [row[0]] * (width - len(row)) for row in tokens]
+        logprobs = [row + [-math.inf] * (width - len(row)) for row in logprobs]
+    shape = (len(tokens), width)
+    return BlockDraft(torch.from_numpy(numpy.array(tokens, dtype=numpy.int64).reshape(shape)),
+                      torch.from_numpy(numpy.array(logprobs, dtype=numpy.float64).reshape(shape)))
 
 
 def make_drafter(name: str, *, reference: list[int] | None, vocab: int, seed: int) -> Drafter:

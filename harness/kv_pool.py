@@ -65,7 +65,10 @@ class PagedKVCache:
             new = self.allocator.allocate(needed - len(self.pages))
             start = len(self.pages)
             self.pages.extend(new)
-            self.block_table[0, start:start + len(new)] = torch.tensor(new, dtype=torch.int32)
+            if len(new) == 1:  # the decode step's case: a fill, no upload from pageable memory
+                self.block_table[0, start:start + 1].fill_(new[0])
+            else:
+                self.block_table[0, start:start + len(new)] = torch.tensor(new, dtype=torch.int32)
 
     def truncate(self, tokens: int) -> None:
         """Keep the pages that hold ``tokens`` rows; the rest go back to the allocator."""

@@ -33,17 +33,34 @@ from .mla_model import MLAModel
 @dataclass
 class _Bucket:
     nodes: int
-    tokens: torch.Tensor   # [T] int64
-    depths: torch.Tensor   # [T] int64
+    ids: torch.Tensor      # [3T + 1] int64: tokens, depths, parents, the real node count (one upload)
     mask: torch.Tensor     # [1, T, ceil(T/32)] int32
     offsets: torch.Tensor  # [T] int64: 0..T-1
-    host_ids: torch.Tensor   # [2, T] int64 tokens and depths on the host (pinned on the GPU path)
+    host_ids: torch.Tensor   # ``ids`` on the host (pinned on the GPU path)
     host_mask: torch.Tensor  # [1, T, ceil(T/32)] int32 on the host (pinned on the GPU path)
     uploaded: torch.cuda.Event | None = None  # the last copies out of host_ids / host_mask
     graph: torch.cuda.CUDAGraph | None = None
     logits: torch.Tensor | None = None
     picks: torch.Tensor | None = None    # [T] int64: argmax of the logits (the greedy picks), in the graph
     hidden: torch.Tensor | None = None   # [T, hidden] final hidden states of the last run
+
+    @property
+    def tokens(self) -> torch.Tensor:
+        return self.ids[:self.nodes]
+
+    @property
+    def depths(self) -> torch.Tensor:
+        return self.ids[self.nodes:2 * self.nodes]
+
+    @property
+    def parents(self) -> torch.Tensor:
+        """[T] int64, -1 for the root; the padding's parent is the root."""
+        return self.ids[2 * self.nodes:3 * self.nodes]
+
+    @property
+    def count(self) -> torch.Tensor:
+        """[1] int64: the real nodes of the loaded tree (the rest is padding)."""
+        return self.ids[3 * self.nodes:]
 
 
 class TargetRunner:
@@ -59,10 +76,9 @@ class TargetRunner:
             mask = trees.parents_to_mask(trees.chain_tree(nodes))
             pinned = device.type == "cuda"
             self._buckets[nodes] = _Bucket(
-                nodes, torch.zeros(nodes, dtype=torch.int64, device=device),
-                torch.zeros(nodes, dtype=torch.int64, device=device), mask.to(device),
+                nodes, torch.zeros(3 * nodes + 1, dtype=torch.int64, device=device), mask.to(device),
                 torch.arange(nodes, dtype=torch.int64, device=device),
-                torch.zeros(2, nodes, dtype=torch.int64, pin_memory=pinned),
+                torch.zeros(3 * nodes + 1, dtype=torch.int64, pin_memory=pinned),
                 torch.zeros(mask.shape, dtype=torch.int32, pin_memory=pinned))
         return self._buckets[nodes]
 
@@ -86,8 +102,9 @@ class TargetRunner:
         return hidden, logits, logits.argmax(dim=-1)
 
     def load(self, tokens: list[int], parents: list[int], depths: list[int], bucket_nodes: int) -> _Bucket:
-        """Put a tree into the bucket's static inputs, padded to ``bucket_nodes``: the mask built on
-        the host (trees.ancestor_words), then three asynchronous copies out of pinned buffers."""
+        """Put a tree into the bucket's static inputs, padded to ``bucket_nodes`` (leaves under the
+        root): the mask built on the host (trees.ancestor_words), then two asynchronous copies out
+        of pinned buffers (the ids written through a NumPy view: no tensor built per step)."""
         count = len(tokens)
         if not 1 <= count <= bucket_nodes:
             raise ValueError(f"tree: expected 1..{bucket_nodes} nodes for this bucket, got {count}")
@@ -98,12 +115,17 @@ class TargetRunner:
         bucket = self._bucket(bucket_nodes)
         if bucket.uploaded is not None:
             bucket.uploaded.synchronize()  # the previous upload has left the host buffers
-        bucket.host_ids.copy_(torch.tensor([tokens + [0] * pad, depths + [1] * pad], dtype=torch.int64))
+        ids = bucket.host_ids.numpy()
+        ids[:] = 0
+        ids[:count] = tokens
+        ids[bucket_nodes:bucket_nodes + count] = depths
+        ids[bucket_nodes + count:2 * bucket_nodes] = 1
+        ids[2 * bucket_nodes:2 * bucket_nodes + count] = parents
+        ids[3 * bucket_nodes] = count
         bucket.host_mask.copy_(trees.ancestor_words(parents + [0] * pad))
-        bucket.tokens.copy_(bucket.host_ids[0], non_blocking=True)
-        bucket.depths.copy_(bucket.host_ids[1], non_blocking=True)
+        bucket.ids.copy_(bucket.host_ids, non_blocking=True)
         bucket.mask.copy_(bucket.host_mask, non_blocking=True)
-        if bucket.tokens.is_cuda:
+        if bucket.ids.is_cuda:
             bucket.uploaded = torch.cuda.Event()
             bucket.uploaded.record()
         return bucket

@@ -67,3 +67,39 @@ def test_walk_follows_matching_children_and_returns_the_bonus():
     assert [tokens[n] for n in accepted] == [9, 1, 3] and bonus == 42
     target_next[node_of[9]] = 77  # first pick matches no child
     assert walk(tree, target_next) == ([0], 77)
+
+
+def _random_tree(seed, nodes, vocab):
+    """A random parents-before-children tree whose siblings may repeat tokens (so the walk's first-child
+    rule matters), with the target's picks often matching a child."""
+    generator = torch.Generator().manual_seed(seed)
+    parents = [-1] + [int(torch.randint(0, i, (1,), generator=generator)) for i in range(1, nodes)]
+    tokens = torch.randint(0, vocab, (nodes,), generator=generator)
+    picks = torch.randint(0, vocab, (nodes,), generator=generator)
+    for node in range(1, nodes):  # make about half the picks lead somewhere
+        if torch.rand(1, generator=generator) < 0.5:
+            picks[parents[node]] = tokens[node]
+    return tokens, torch.tensor(parents), picks
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_greedy_path_on_the_device_equals_the_walk(seed):
+    """greedy_path (the walk the decode loop runs in the commit's CUDA graph) against walk(), on
+    random trees with repeated sibling tokens, padded past ``count`` with leaves under the root
+    whose token may equal the root's pick (padding must never be accepted)."""
+    from harness.ddtree import DraftTree, greedy_path
+
+    generator = torch.Generator().manual_seed(1000 + seed)
+    count = int(torch.randint(1, 24, (1,), generator=generator))
+    bucket = count + int(torch.randint(0, 9, (1,), generator=generator))
+    tokens, parents, picks = _random_tree(seed, count, vocab=3 if seed % 2 else 7)
+    expected = walk(DraftTree(tokens, parents, torch.zeros(count), torch.zeros(count)), picks)
+    pad = bucket - count
+    padded_tokens = torch.cat([tokens, torch.full((pad,), int(picks[0]))])  # padding holds the root's pick
+    padded_parents = torch.cat([parents, torch.zeros(pad, dtype=torch.int64)])
+    padded_picks = torch.cat([picks, torch.randint(0, 7, (pad,), generator=generator)])
+    mask = trees.ancestor_words(padded_parents.tolist())
+    result = greedy_path(padded_tokens, padded_parents, padded_picks, mask, torch.tensor([count])).tolist()
+    length = result[bucket]
+    assert (result[:length], result[bucket + 1]) == expected
+    assert result[length:bucket] == [0] * (bucket - length), "the path is padded with the root"
