@@ -7,13 +7,15 @@ small launches plus an upload from pageable memory; here the path, padded to the
 root (``commit_accepted`` ignores entries past the length), and its length go up in one pinned
 copy, and one graph replay does the rest. The CPU path runs the same function eagerly.
 
-Greedy decoding does not upload the path at all: ``start_greedy`` replays a graph that walks the
-tree on the device (``ddtree.greedy_path``, from the verify graph's picks) and commits the path it
-finds, and ``finish_greedy`` reads the path and the bonus token back in one copy. The host never
-sits between the verify and the commit.
+Greedy decoding does not upload the path at all: ``start_greedy`` queues, behind the verify, a
+graph that walks the tree on the device (``ddtree.greedy_path``, from the verify graph's picks),
+a copy of the path and bonus token to pinned memory, and the commit's graph; ``finish_greedy``
+waits for that copy only, so the commit runs while the host drafts the next step.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 
@@ -35,9 +37,12 @@ class AcceptedCommit:
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_hidden: torch.Tensor | None = None
         self._features: torch.Tensor | None = None
-        self._greedy_graph: torch.cuda.CUDAGraph | None = None
-        self._greedy_inputs: tuple | None = None  # (address, shape) of each input the graph reads
-        self._greedy_result: torch.Tensor | None = None  # [budget + 2]: path, length, bonus
+        self._greedy_path = greedy_path  # compiled on the GPU by warm_greedy
+        self._greedy_graphs: tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph] | None = None
+        self._greedy_inputs: tuple | None = None  # (address, shape) of each input the graphs read
+        self._greedy_result: torch.Tensor | None = None  # [budget + 2] on the device: path, length, bonus
+        self._greedy_host: torch.Tensor | None = None    # its copy on the host (pinned on the GPU)
+        self._greedy_read: torch.cuda.Event | None = None  # that copy is done
         self._greedy_features: torch.Tensor | None = None
 
     def _commit(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -94,47 +99,77 @@ class AcceptedCommit:
         self._graph.replay()
         return self._features[:len(accepted)]
 
-    def _walk_and_commit(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        result = greedy_path(*tree)  # [T + 2]: the path padded with the root, its length, the bonus token
+    # Greedy decoding: the walk on the device (two graphs: walk, then commit), no path upload.
+
+    def _walk(self, tree: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        result = self._greedy_path(*tree)  # [T + 2]: the path padded with the root, its length, the bonus
         self._path.copy_(result[:self.budget + 1])
-        return result, self._commit(hidden)
+        return result
 
     def warm_greedy(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor) -> None:
-        """Capture the greedy walk-and-commit graph for the bucket's static inputs ``tree``
-        (tokens, parents, picks [T], tree_mask, count, with T = the budget) and ``hidden``. Its warm-up
-        run walks and commits whatever the bucket holds, which moves tree rows only (positions
-        prefix_len .. prefix_len + T - 1, none of them committed). A no-op on the CPU."""
+        """Capture the greedy walk's graph and its commit's graph for the bucket's static inputs
+        ``tree`` (tokens, parents, picks [T], tree_mask, count, with T = the budget) and ``hidden``.
+        On the GPU the walk goes through torch.compile (a few fused kernels instead of about 40
+        small ones; eager, with a warning, if compiling fails). The warm-up run walks and commits
+        whatever the bucket holds, which moves tree rows only (positions prefix_len ..
+        prefix_len + T - 1, none of them committed). A no-op on the CPU."""
         if tree[0].shape[0] != self.budget:
-            raise ValueError(f"tree: expected a bucket of the budget's {self.budget} nodes, got {tree[0].shape[0]}")
+            raise ValueError(f"tree: expected a bucket of the budget's {self.budget} nodes, "
+                             f"got {tree[0].shape[0]}")
         inputs = tuple((tensor.data_ptr(), tuple(tensor.shape)) for tensor in (*tree, hidden))
-        if not self._path.is_cuda or (self._greedy_graph is not None and self._greedy_inputs == inputs):
+        if not self._path.is_cuda or (self._greedy_graphs is not None and self._greedy_inputs == inputs):
             return
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            self._walk_and_commit(tree, hidden)
+            self._greedy_path = _compiled_greedy_path(tree)
+            self._walk(tree)
+            self._commit(hidden)
         torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._greedy_result, self._greedy_features = self._walk_and_commit(tree, hidden)
-        self._greedy_graph, self._greedy_inputs = graph, inputs
+        walk_graph, commit_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(walk_graph):
+            self._greedy_result = self._walk(tree)
+        with torch.cuda.graph(commit_graph):
+            self._greedy_features = self._commit(hidden)
+        self._greedy_graphs, self._greedy_inputs = (walk_graph, commit_graph), inputs
+        self._greedy_host = torch.empty(self.budget + 2, dtype=torch.int64, pin_memory=True)
+        self._greedy_read = torch.cuda.Event()
 
     def start_greedy(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor) -> None:
-        """Launch the greedy walk over the verified tree and the commit of the path it accepts (one
-        graph replay on the GPU, queued behind the verify; eager on the CPU). ``tree`` and
-        ``hidden`` as in ``warm_greedy``. The caller then advances the prefix length by the path's
-        length, which ``finish_greedy`` returns."""
+        """Queue, behind the verify, the greedy walk over the verified tree, the copy of its result
+        to the host, and the commit of the path (so the host can draft while the commit runs);
+        eager on the CPU. ``tree`` and ``hidden`` as in ``warm_greedy``. The caller then advances
+        the prefix length by the path's length, which ``finish_greedy`` returns."""
         if not self._path.is_cuda:
-            self._greedy_result, self._greedy_features = self._walk_and_commit(tree, hidden)
+            self._greedy_host = self._walk(tree)
+            self._greedy_features = self._commit(hidden)
             return
         self.warm_greedy(tree, hidden)
-        self._greedy_graph.replay()
+        walk_graph, commit_graph = self._greedy_graphs
+        walk_graph.replay()
+        self._greedy_host.copy_(self._greedy_result, non_blocking=True)
+        self._greedy_read.record()
+        commit_graph.replay()
 
     def finish_greedy(self) -> tuple[list[int], int, torch.Tensor]:
         """(accepted nodes from the root, bonus token, their rows of ``hidden``) of the last
-        ``start_greedy``: one device-to-host copy, which waits for the walk."""
-        if self._greedy_result is None:
+        ``start_greedy``; waits for the walk and its copy, not for the commit."""
+        if self._greedy_host is None:
             raise RuntimeError("finish_greedy: no greedy walk was started")
-        values = self._greedy_result.tolist()
+        if self._greedy_read is not None:
+            self._greedy_read.synchronize()
+        values = self._greedy_host.tolist()
         length = values[self.budget]
         return values[:length], values[self.budget + 1], self._greedy_features[:length]
+
+
+def _compiled_greedy_path(tree: tuple[torch.Tensor, ...]):
+    """``greedy_path`` through torch.compile, compiled (and run once) for ``tree``'s shapes; the
+    eager function, with a warning, if Inductor fails (that costs speed, not correctness)."""
+    walk = torch.compile(greedy_path, dynamic=False, fullgraph=True)
+    try:
+        walk(*tree)
+    except Exception as error:  # noqa: BLE001 - any compiler failure falls back to the same function, eager
+        warnings.warn(f"greedy_path: torch.compile failed ({type(error).__name__}: {error}); the walk runs eagerly")
+        return greedy_path
+    return walk

@@ -122,7 +122,7 @@ def greedy_path(tokens: torch.Tensor, parents: torch.Tensor, picks: torch.Tensor
     path = torch.zeros(num_nodes + 1, dtype=torch.int64, device=tokens.device)
     path.scatter_(0, torch.where(accepted, depth, num_nodes), node)  # the rest land in slot T, dropped
     deepest = torch.where(accepted, node, 0).amax()  # node indices increase along a path
-    return torch.cat([path[:num_nodes], accepted.sum()[None], picks[deepest][None]])
+    return torch.cat([path[:num_nodes], accepted.sum().view(1), picks.gather(0, deepest.view(1))])
 
 
 def walk_sampled(tree: DraftTree, logits: torch.Tensor, temperature: float,

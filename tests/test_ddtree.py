@@ -103,3 +103,30 @@ def test_greedy_path_on_the_device_equals_the_walk(seed):
     length = result[bucket]
     assert (result[:length], result[bucket + 1]) == expected
     assert result[length:bucket] == [0] * (bucket - length), "the path is padded with the root"
+
+
+@pytest.mark.gpu
+def test_gpu_compiled_greedy_path_equals_the_walk():
+    """The decode loop's walk on the GPU goes through torch.compile (accepted_commit.py): on random
+    padded trees it must give walk()'s path and bonus, and the eager function's exact result."""
+    from harness.accepted_commit import _compiled_greedy_path
+    from harness.ddtree import DraftTree, greedy_path
+
+    bucket = 64
+    compiled = None
+    for seed in range(30):
+        count = 1 + seed * 2
+        tokens, parents, picks = _random_tree(seed, count, vocab=3 if seed % 2 else 7)
+        expected = walk(DraftTree(tokens, parents, torch.zeros(count), torch.zeros(count)), picks)
+        pad = bucket - count
+        padded = [torch.cat([tokens, torch.full((pad,), int(picks[0]))]),
+                  torch.cat([parents, torch.zeros(pad, dtype=torch.int64)]),
+                  torch.cat([picks, torch.zeros(pad, dtype=torch.int64)])]
+        mask = trees.ancestor_words(padded[1].tolist())
+        tree = tuple(t.cuda() for t in (*padded, mask, torch.tensor([count])))
+        compiled = compiled or _compiled_greedy_path(tree)
+        assert compiled is not greedy_path, "torch.compile fell back to eager"
+        result = compiled(*tree)
+        assert torch.equal(result, greedy_path(*tree))
+        values = result.tolist()
+        assert (values[:values[bucket]], values[bucket + 1]) == expected
