@@ -151,13 +151,14 @@ class AcceptedCommit:
         self._greedy_read.record()
         commit_graph.replay()
 
-    def finish_greedy(self) -> tuple[list[int], int, torch.Tensor]:
+    def finish_greedy(self, wait=None) -> tuple[list[int], int, torch.Tensor]:
         """(accepted nodes from the root, bonus token, their rows of ``hidden``) of the last
-        ``start_greedy``; waits for the walk and its copy, not for the commit."""
+        ``start_greedy``; waits for the walk and its copy, not for the commit, with ``wait(event)``
+        (default: ``event.synchronize()``)."""
         if self._greedy_host is None:
             raise RuntimeError("finish_greedy: no greedy walk was started")
         if self._greedy_read is not None:
-            self._greedy_read.synchronize()
+            (wait or torch.cuda.Event.synchronize)(self._greedy_read)
         values = self._greedy_host.tolist()
         length = values[self.budget]
         return values[:length], values[self.budget + 1], self._greedy_features[:length]

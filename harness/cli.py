@@ -376,10 +376,12 @@ def build_parser() -> argparse.ArgumentParser:
     decode.add_argument("--pdl", action="store_true",
                         help="programmatic dependent launches between the compiled layers' kernels and the split-K "
                         "GEMMs (Hopper+; with --compile-layers --gemm splitk)")
-    decode.add_argument("--phase-timing", nargs="+", choices=["overlapped", "synced"], default=["overlapped"],
-                        help="overlapped (default): one wait for the GPU per step, the walk's, so the commit overlaps "
-                             "the next draft; synced: a device sync after every phase, so phases add up to the step. "
-                             "Both: each run twice (harness/decode_loop.py)")
+    decode.add_argument("--phase-timing", nargs="+", choices=["overlapped", "overlapped-blocking", "synced"],
+                        default=["overlapped"],
+                        help="overlapped (default): one wait for the GPU per step, the walk's, polled, so the commit "
+                             "overlaps the next draft; overlapped-blocking: the same, waiting in cudaEventSynchronize; "
+                             "synced: a device sync after every phase, so phases add up to the step. Several: each "
+                             "run once per choice (harness/decode_loop.py)")
     decode.add_argument("--out", type=Path, help="append JSONL records here")
     decode.add_argument("--json", action="store_true")
     decode.add_argument("--no-progress", action="store_true")

@@ -24,6 +24,10 @@ Two ways to time a step (``sync_phases``):
 - synced: a device sync after every phase, so phases add up to the step (attribution, at the
   price of the overlap and of the syncs).
 On the CPU both are the same.
+
+Overlapped steps wait for the GPU by polling the event (``spin_wait``), so the host core stays busy
+through the verify; ``spin=False`` waits in cudaEventSynchronize instead, which may let the core
+sleep (``vk decode --phase-timing overlapped-blocking``, to compare the two).
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ PHASES = ("draft", "tree", "mask", "verify", "walk", "commit")
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def spin_wait(event: torch.cuda.Event) -> None:
+    """Wait for ``event`` by polling it: the host core stays busy instead of possibly sleeping in
+    cudaEventSynchronize through a 10-30 ms verify and waking up slow for the next host phases."""
+    while not event.query():
+        pass
 
 
 class _SyncedClock:
@@ -74,6 +85,9 @@ class _SyncedClock:
     def wait_for(self, phase: str) -> None:
         pass
 
+    def wait(self, event: torch.cuda.Event) -> None:
+        event.synchronize()
+
     def step_done(self, record: "StepRecord") -> None:
         pass
 
@@ -87,9 +101,9 @@ class _OverlappedClock(_SyncedClock):
     start; its commit's GPU time is read after the next step's wait, when the commit has certainly
     run (it precedes that verify on the stream), so reading never waits."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, *, spin: bool = True):
         super().__init__(device)
-        self.cuda = device.type == "cuda"
+        self.cuda, self.spin = device.type == "cuda", spin
         self._events: dict[str, tuple[torch.cuda.Event, torch.cuda.Event]] = {}
         self._last_step: tuple["StepRecord", float] | None = None
         self._began = 0.0  # this step's start
@@ -123,9 +137,15 @@ class _OverlappedClock(_SyncedClock):
     def wait_for(self, phase: str) -> None:
         """The step's one wait for the GPU: until ``phase`` (the verify) is done."""
         if self.cuda:
-            self._events[phase][1].synchronize()
+            self.wait(self._events[phase][1])
             if self._last_step is not None and "commit" in self._events:
                 self._last_step[0].phases_ms["commit"] = self._gpu_ms("commit")
+
+    def wait(self, event: torch.cuda.Event) -> None:
+        if self.spin:
+            spin_wait(event)
+        else:
+            event.synchronize()
 
     def step_done(self, record: "StepRecord") -> None:
         if self.cuda:
@@ -232,16 +252,17 @@ def _greedy_inputs(bucket) -> tuple[torch.Tensor, ...]:
 
 def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, drafter: Drafter, *, budget: int,
                   block_size: int = 16, temperature: float = 0.0, seed: int = 0,
-                  sync_phases: bool = False) -> DecodeRun:
+                  sync_phases: bool = False, spin: bool = True) -> DecodeRun:
     """Decode ``new_tokens`` tokens with DDTree; the tree (budget nodes, root included) is padded
-    to ``budget`` so every verify replays the same graph. ``sync_phases``: see the module notes."""
+    to ``budget`` so every verify replays the same graph. ``sync_phases``, ``spin``: see the module
+    notes."""
     cache = runner.cache
     device = cache.pool.device
     start_len = cache.prefix_len
     history = list(history)
     run = DecodeRun(tokens=[])
     generator = torch.Generator().manual_seed(seed)
-    clock = (_SyncedClock if sync_phases else _OverlappedClock)(device)
+    clock = _SyncedClock(device) if sync_phases else _OverlappedClock(device, spin=spin)
     commit = AcceptedCommit(cache, budget)
     cache.reserve(cache.prefix_len + budget)
     # The first commit would otherwise load its kernels inside step 1 (about 27 ms at k2-tp8):
@@ -280,7 +301,7 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
             clock.gpu_end("commit")
             clock.wait_for("verify")
             clock.lap("verify")
-            accepted, bonus, features = commit.finish_greedy()
+            accepted, bonus, features = commit.finish_greedy(wait=clock.wait)
             clock.lap("walk")
         new_len = cache.prefix_len + len(accepted)
         cache.set_prefix_len(new_len)

@@ -20,11 +20,11 @@ BASELINE = "triton_ps1"
 
 
 def primary_runs(records: list[dict]) -> list[dict]:
-    """Drop a synced run where the same context, variant and budget was also timed overlapped
-    (``vk decode --phase-timing overlapped synced``): the overlapped one stands for the point.
-    Records older than the option were synced and have no twin."""
+    """Drop a synced or blocking run where the same context, variant and budget was also timed
+    overlapped (``vk decode --phase-timing overlapped synced``): the overlapped one stands for the
+    point. Records older than the option were synced and have no twin."""
     overlapped = {(r["context"], r["variant"], r["budget"]) for r in records if r.get("phase_timing") == "overlapped"}
-    return [r for r in records if not (r.get("phase_timing") == "synced"
+    return [r for r in records if not (r.get("phase_timing") in ("synced", "overlapped-blocking")
                                        and (r["context"], r["variant"], r["budget"]) in overlapped)]
 
 

@@ -94,7 +94,8 @@ def floor_ms(config: MLAConfig, *, prefix_len: int, tree_nodes: int, element_byt
 def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: int, new_tokens: int,
                 block_size: int, temperature: float, seed: int, greedy: DecodeRun | None,
                 use_graphs: bool = True, measure_attention: bool = True,
-                greedy_batch_invariant: DecodeRun | None = None, sync_phases: bool = False) -> dict:
+                greedy_batch_invariant: DecodeRun | None = None, sync_phases: bool = False,
+                spin: bool = True) -> dict:
     """One DDTree run with ``variant``; compared with ``greedy`` (and with the batch-invariant
     greedy run, forwards padded to the budget) when given. The oracle drafter follows the
     batch-invariant run when there is one (the continuation this verify's numerics produce, so a
@@ -105,13 +106,13 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
     reference = setup.history + followed.tokens if followed is not None else None
     drafter = make_drafter(drafter_name, reference=reference, vocab=setup.config.vocab, seed=seed)
     run = ddtree_decode(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size,
-                        temperature=temperature, seed=seed, sync_phases=sync_phases)
+                        temperature=temperature, seed=seed, sync_phases=sync_phases, spin=spin)
     summary = run.summary()
     result = {"variant": variant, "kernel": runner.kernel(budget), "drafter": drafter_name, "budget": budget,
               "drafter_reference": None if drafter_name != "oracle" else (
                   PADDED_GREEDY if greedy_batch_invariant is not None else "greedy"),
               "block_size": block_size, "temperature": temperature, "graphs": runner.use_graphs,
-              "phase_timing": "synced" if sync_phases else "overlapped", **summary,
+              "phase_timing": "synced" if sync_phases else "overlapped" if spin else "overlapped-blocking", **summary,
               "steps_detail": run.step_dicts()}
     if measure_attention:
         setup.cache.reserve(setup.start_len + budget)
@@ -214,7 +215,8 @@ def run_matrix(args, command: str) -> list[dict]:
                                                temperature=args.temperature, seed=args.seed, greedy=greedy,
                                                use_graphs=not args.no_graphs,
                                                greedy_batch_invariant=padded_greedy.get(budget),
-                                               sync_phases=timing == "synced"))
+                                               sync_phases=timing == "synced",
+                                               spin=timing != "overlapped-blocking"))
                 except Exception as error:  # a run that fails is a record too; the matrix goes on
                     payload.update({"variant": variant, "budget": budget, "status": "error",
                                     "reason": f"{type(error).__name__}: {str(error)[:500]}"})
@@ -239,8 +241,9 @@ def _match(lossless: dict | None) -> str:
 
 
 def timing_suffix(record: dict) -> str:
-    """" synced" for a run timed with a sync after every phase (``--phase-timing synced``), else ""."""
-    return " synced" if record.get("phase_timing") == "synced" else ""
+    """" synced" for a run timed with a sync after every phase (``--phase-timing synced``), " blocking"
+    for one that waited in cudaEventSynchronize (``overlapped-blocking``), else ""."""
+    return {"synced": " synced", "overlapped-blocking": " blocking"}.get(record.get("phase_timing"), "")
 
 
 def _variant_label(record: dict) -> str:

@@ -330,16 +330,18 @@ def test_vk_decode_times_each_run_both_ways_and_the_report_keeps_the_overlapped_
     out = tmp_path / "decode.jsonl"
     completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
                                 "--context", "20", "--budget", "8,24", "--new-tokens", "12", "--page-size", "16",
-                                "--phase-timing", "overlapped", "synced", "--no-progress", "--out", str(out)],
-                               capture_output=True, text=True, timeout=300)
+                                "--phase-timing", "overlapped", "synced", "overlapped-blocking", "--no-progress",
+                                "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-2000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["budget"], r["phase_timing"]) for r in records] == [
-        (8, "overlapped"), (8, "synced"), (24, "overlapped"), (24, "synced")]
-    assert records[0]["tokens"] == records[1]["tokens"] and "reference synced" in completed.stdout
+        (8, "overlapped"), (8, "synced"), (8, "overlapped-blocking"),
+        (24, "overlapped"), (24, "synced"), (24, "overlapped-blocking")]
+    assert records[0]["tokens"] == records[1]["tokens"] == records[2]["tokens"]
+    assert "reference synced" in completed.stdout and "reference blocking" in completed.stdout
     older = {**records[1], "budget": 40}  # a synced record with no overlapped twin (older than the option)
     del older["phase_timing"]
-    assert primary_runs(records + [older]) == [records[0], records[2], older]
+    assert primary_runs(records + [older]) == [records[0], records[3], older]
     text = write_decode_report([out], tmp_path / "report", "tiny")[0].read_text()
     assert "best budget at context 20" in text
 
