@@ -33,6 +33,7 @@ sleep (``vk decode --phase-timing overlapped-blocking``, to compare the two).
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -167,6 +168,7 @@ class StepRecord:
     new_tokens: int            # accepted drafted tokens + the bonus token
     phases_ms: dict[str, float]
     wall_ms: float | None = None  # overlapped timing: the step's start to the next step's start
+    host_cpu_ms: float | None = None  # this thread's CPU time in draft + tree + mask (against their wall time)
 
     @property
     def step_ms(self) -> float:
@@ -180,6 +182,7 @@ class DecodeRun:
     seconds: float = 0.0
     margins: list[float] = field(default_factory=list)  # greedy runs: top-1 minus top-2 logit per token
     top_logits: list[float] = field(default_factory=list)  # greedy runs: the top-1 logit per token
+    host_cpu: dict = field(default_factory=dict)  # DDTree runs: CPU seconds of this thread and the process, threads
 
     def summary(self) -> dict:
         steps = self.steps
@@ -192,6 +195,7 @@ class DecodeRun:
             "mean_phase_ms": phases,
             "mean_accepted": statistics.mean([s.new_tokens for s in steps]) if steps else None,
             "accepted_histogram": dict(sorted(Counter(s.new_tokens for s in steps).items())),
+            "host_cpu": self.host_cpu,
         }
 
     def step_dicts(self) -> list[dict]:
@@ -273,10 +277,11 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
     else:
         commit.warm_greedy(_greedy_inputs(bucket), bucket.hidden)
     _sync(device)
-    began = time.perf_counter()
+    began, thread_began, process_began = time.perf_counter(), time.thread_time(), time.process_time()
     features = None  # the target's final hidden states at the last accepted path, for the drafter
     while len(run.tokens) < new_tokens:
         clock.start()
+        host_began = time.thread_time()
         draft = drafter.draft(history, block_size, hidden=features)
         clock.lap("draft")
         tree = build_tree(history[-1], draft.top_tokens, draft.top_logprobs, budget)
@@ -285,6 +290,7 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
         tokens = tree.tokens.tolist()
         bucket = runner.load(tokens, tree.parents.tolist(), tree.depths.tolist(), budget)
         clock.lap("mask")
+        host_cpu_ms = (time.thread_time() - host_began) * 1e3
         clock.gpu_begin("verify")
         logits = runner.run(bucket)
         clock.gpu_end("verify")
@@ -312,10 +318,14 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
         produced = [tokens[node] for node in accepted[1:]] + [bonus]
         history.extend(produced)
         run.tokens.extend(produced)
-        run.steps.append(StepRecord(len(tokens), len(produced), dict(clock.times)))
+        run.steps.append(StepRecord(len(tokens), len(produced), dict(clock.times), host_cpu_ms=host_cpu_ms))
         clock.step_done(run.steps[-1])
     clock.finish()
     run.seconds = time.perf_counter() - began
+    # Host phases that run slower than the CPU time they take waited for the core; other threads'
+    # CPU time (process - thread) shows what else ran meanwhile.
+    run.host_cpu = {"thread_s": time.thread_time() - thread_began, "process_s": time.process_time() - process_began,
+                    "threads": threading.active_count()}
     run.tokens = run.tokens[:new_tokens]
     _restart(runner, start_len)
     return run
