@@ -100,7 +100,7 @@ def measure_ceilings(copy_bytes: int = 4 << 30, matmul_size: int = 8192) -> tupl
     target = torch.empty_like(source)
     copy = time_events(lambda: target.copy_(source), rep_ms=300)
     copy_tbps = 2 * source.numel() / (copy.median_ms / 1e3) / 1e12
-    del source, target
+    source = target = None  # free the copy buffers before the matmul (not del: the lambda above names them)
     a = torch.randn(matmul_size, matmul_size, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(matmul_size, matmul_size, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
