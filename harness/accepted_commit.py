@@ -16,6 +16,7 @@ waits for that copy only, so the commit runs while the host drafts the next step
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -151,7 +152,8 @@ class AcceptedCommit:
         self._greedy_read.record()
         commit_graph.replay()
 
-    def finish_greedy(self, wait=None) -> tuple[list[int], int, torch.Tensor]:
+    def finish_greedy(self, wait: Callable[[torch.cuda.Event], None] | None = None
+                      ) -> tuple[list[int], int, torch.Tensor]:
         """(accepted nodes from the root, bonus token, their rows of ``hidden``) of the last
         ``start_greedy``; waits for the walk and its copy, not for the commit, with ``wait(event)``
         (default: ``event.synchronize()``)."""

@@ -9,11 +9,12 @@ One DDTree step, with the root (the previous bonus token) not yet in the cache:
   commit  the accepted path's rows moved to contiguous positions in every layer
           (commit_accepted), pages past the new length returned to the allocator
 
-Greedy steps walk on the device: the verify graph computes the picks, and one more graph, queued
-right behind it, walks the tree and commits the path (accepted_commit.py); the host then reads
-the path and bonus token back in one copy ("walk": that read, which waits for the walk's graph;
-"commit": the walk-and-commit graph's GPU time when overlapped, else the host's bookkeeping).
-At temperature > 0 the host samples the walk from the logits and uploads the path to the commit.
+Greedy steps walk on the device: the verify graph computes the picks; queued right behind it, a
+graph walks the tree, its result goes to pinned memory, and the commit's graph moves the path
+(accepted_commit.py). The host waits for that copy only ("walk": the wait and the read;
+"commit": the GPU time of the walk, the copy and the commit when overlapped, else the host's
+bookkeeping). At temperature > 0 the host samples the walk from the logits and uploads the path
+to the commit.
 
 Two ways to time a step (``sync_phases``):
 - overlapped (the default): the loop waits for the GPU once per step, where the walk needs the
@@ -25,9 +26,9 @@ Two ways to time a step (``sync_phases``):
   price of the overlap and of the syncs).
 On the CPU both are the same.
 
-Overlapped steps wait for the GPU by polling the event (``spin_wait``), so the host core stays busy
-through the verify; ``spin=False`` waits in cudaEventSynchronize instead, which may let the core
-sleep (``vk decode --phase-timing overlapped-blocking``, to compare the two).
+Overlapped steps wait for the GPU by polling the event (``spin_wait``), so the waiting thread
+keeps its core; ``spin=False`` waits in cudaEventSynchronize instead, which may yield it (``vk
+decode --phase-timing overlapped-blocking``, to compare: results/README.md has one such pair).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def _sync(device: torch.device) -> None:
 
 
 def spin_wait(event: torch.cuda.Event) -> None:
-    """Wait for ``event`` by polling it: the host core stays busy instead of possibly sleeping in
-    cudaEventSynchronize through a 10-30 ms verify and waking up slow for the next host phases."""
+    """Wait for ``event`` by polling it, so the thread keeps its core through a 10-30 ms verify
+    (cudaEventSynchronize may yield it) and starts the next host phases at once."""
     while not event.query():
         pass
 

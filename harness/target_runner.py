@@ -12,9 +12,9 @@ A forward over T nodes (node 0 is the root, parents before children):
 A tree with fewer nodes than its bucket is padded with leaves under the root (token 0); their rows
 are written past the real nodes and never committed, and their logits are ignored.
 
-CUDA graphs: the static inputs (tokens, depths, mask) live in the bucket; the block table and
-prefix lengths are the cache's own device tensors, updated in place between steps, so one capture
-per bucket serves every step.
+CUDA graphs: the static inputs (tokens, depths, parents and the node count in one buffer, and the
+mask) live in the bucket; the block table and prefix lengths are the cache's own device tensors,
+updated in place between steps, so one capture per bucket serves every step.
 """
 
 from __future__ import annotations

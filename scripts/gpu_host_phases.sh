@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device calls after the decode step's host phases were cut (2026-12-03): the greedy walk on the
 # device (its graph and the commit's queued behind the verify), cheaper oracle drafts, tree build
-# and tree upload, and waits that poll the event instead of sleeping in cudaEventSynchronize.
+# and tree upload, and waits that poll the event instead of blocking in cudaEventSynchronize.
 #   1. 185k, budget 64, auto: the same run waiting both ways (--phase-timing overlapped-blocking
 #      overlapped), for the host's share of the step (step - verify GPU time);
 #   2. the k2-tp8 decode rows, triton_ps1 and auto in the same run (compiled layers; tokens against
