@@ -382,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "overlaps the next draft; overlapped-blocking: the same, waiting in cudaEventSynchronize; "
                              "synced: a device sync after every phase, so phases add up to the step. Several: each "
                              "run once per choice (harness/decode_loop.py)")
+    decode.add_argument("--repeats", type=int, default=1,
+                        help="runs of each (context, variant, budget, timing), back to back in one process, for the "
+                             "run-to-run spread of the step (records carry ``repeat``)")
     decode.add_argument("--out", type=Path, help="append JSONL records here")
     decode.add_argument("--json", action="store_true")
     decode.add_argument("--no-progress", action="store_true")

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -36,6 +37,16 @@ def speedups_over_baseline(records: list[dict]) -> dict[int, float]:
             if r.get("median_step_ms") and r.get("variant") != BASELINE and (r["context"], r["budget"]) in baseline}
 
 
+def repeated_steps(records: list[dict]) -> dict[tuple, list[float]]:
+    """(context, budget, variant and timing) -> the median steps of its runs, where it ran more
+    than once (``vk decode --repeats``)."""
+    steps: dict[tuple, list[float]] = defaultdict(list)
+    for r in records:
+        if r.get("median_step_ms"):
+            steps[(r["context"], r["budget"], r["variant"] + timing_suffix(r))].append(r["median_step_ms"])
+    return {key: values for key, values in steps.items() if len(values) > 1}
+
+
 def markdown(records: list[dict], title: str) -> str:
     ok = [r for r in records if r.get("status") != "error"]
     lines = [f"# {title}", "", "```", format_decode_table(records), "```", ""]
@@ -51,6 +62,10 @@ def markdown(records: list[dict], title: str) -> str:
                          f"{floor['step_ms']:.2f} ms (weights {floor['weights_ms']:.2f} + attention "
                          f"{floor['attention_ms']:.2f}); step {r['median_step_ms']:.2f} ms = {r['step_over_floor']:.3f}x; "
                          f"attention {100 * r.get('attention_share', 0):.0f}% of the step")
+    for key, steps in sorted(repeated_steps(ok).items()):
+        context, budget, label = key
+        lines.append(f"- context {context}, budget {budget}, {label}: {len(steps)} runs, step median of the runs "
+                     f"{statistics.median(steps):.2f} ms, range {min(steps):.2f}-{max(steps):.2f} ms")
     best = _best_budget(primary_runs(ok))
     for context, r in sorted(best.items()):
         lines.append(f"- best budget at context {context}: {r['budget']} ({r['tokens_per_s']:.1f} tokens/s; "

@@ -172,7 +172,11 @@ def run_matrix(args, command: str) -> list[dict]:
     need_greedy = args.check_lossless or args.drafter == "oracle"
     results = []
     timings = list(dict.fromkeys(args.phase_timing))
-    jobs = [(c, v, b, t) for c in args.context for v in variants_ for b in args.budget for t in timings]
+    if args.repeats < 1:
+        raise SystemExit(f"vk decode: --repeats: expected at least 1, got {args.repeats}")
+    repeats = range(args.repeats)
+    jobs = [(c, v, b, t, r) for c in args.context for v in variants_ for b in args.budget for t in timings
+            for r in repeats]
     progress = tqdm(total=len(jobs), desc="decode", unit="run", disable=args.no_progress)
     for context in args.context:
         setups: dict[int, DecodeSetup] = {}
@@ -194,7 +198,7 @@ def run_matrix(args, command: str) -> list[dict]:
         padded_greedy: dict[int, DecodeRun] = {}  # budget -> greedy with forwards padded to it
         for variant in variants_:
             setup = setup_for(page_size_for(variant, args.page_size))
-            for budget, timing in ((b, t) for b in args.budget for t in timings):
+            for budget, timing, repeat in ((b, t, r) for b in args.budget for t in timings for r in repeats):
                 if args.batch_invariant_greedy and args.temperature == 0 and budget not in padded_greedy:
                     padded_greedy[budget] = greedy_reference(
                         setup_for(page_size_for(reference_variant, args.page_size)), variant=reference_variant,
@@ -204,7 +208,7 @@ def run_matrix(args, command: str) -> list[dict]:
                            "page_size": setup.cache.page_size, "dtype": str(dtype).removeprefix("torch."),
                            "device": device, "new_tokens_requested": args.new_tokens, "seed": args.seed,
                            "compile_layers": args.compile_layers, "gemm": {"kind": args.gemm, "table": gemm_table},
-                           "pdl": args.pdl}
+                           "pdl": args.pdl, "repeat": repeat}
                 if greedy is not None:
                     payload["greedy"] = {"variant": reference_variant, "seconds": greedy.seconds,
                                          "tokens_per_s": len(greedy.tokens) / greedy.seconds,

@@ -346,6 +346,27 @@ def test_vk_decode_times_each_run_both_ways_and_the_report_keeps_the_overlapped_
     assert "best budget at context 20" in text
 
 
+def test_vk_decode_repeats_each_run_and_the_report_gives_their_spread(tmp_path):
+    from harness.decode_report import repeated_steps, write_decode_report
+
+    out = tmp_path / "decode.jsonl"
+    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
+                                "--context", "20", "--budget", "8", "--new-tokens", "10", "--page-size", "16",
+                                "--repeats", "3", "--no-progress", "--out", str(out)],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["repeat"] for r in records] == [0, 1, 2]
+    assert records[0]["tokens"] == records[1]["tokens"] == records[2]["tokens"]
+    steps = [r["median_step_ms"] for r in records]
+    assert repeated_steps(records) == {(20, 8, "reference"): steps}
+    text = write_decode_report([out], tmp_path / "report", "tiny")[0].read_text()
+    assert f"3 runs, step median of the runs {statistics.median(steps):.2f} ms" in text
+    bad = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
+                          "--repeats", "0", "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--repeats: expected at least 1, got 0" in bad.stderr
+
+
 def test_vk_decode_fails_when_cpu_float32_tokens_differ(monkeypatch):
     import harness.decode_run
     from harness.cli import build_parser
