@@ -217,12 +217,17 @@ def test_page_allocator_and_cache_pages():
     assert torch.isnan(cache.pool).all(), "unwritten rows must be NaN"
 
 
+def _vk_decode_tiny_cpu(out, *arguments: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``vk decode --preset tiny --device cpu ARGUMENTS --no-progress [--out OUT]`` in a subprocess."""
+    command = [sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu", *arguments,
+               "--no-progress"] + (["--out", str(out)] if out is not None else [])
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
 def test_vk_decode_tiny_cpu_check_lossless(tmp_path):
     out = tmp_path / "decode.jsonl"
-    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
-                                "--check-lossless", "--context", "50", "--budget", "24", "--new-tokens", "20",
-                                "--page-size", "16", "--no-progress", "--out", str(out)],
-                               capture_output=True, text=True, timeout=300)
+    completed = _vk_decode_tiny_cpu(out, "--check-lossless", "--context", "50", "--budget", "24", "--new-tokens", "20",
+                                    "--page-size", "16")
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert "identical" in completed.stdout
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
@@ -310,9 +315,8 @@ def test_decode_report_table_speedups_and_plots(tmp_path):
     from harness.records import append_records
 
     out = tmp_path / "decode.jsonl"
-    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
-                                "--context", "20,40", "--budget", "8,24", "--new-tokens", "12", "--page-size", "16",
-                                "--no-progress", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    completed = _vk_decode_tiny_cpu(out, "--context", "20,40", "--budget", "8,24", "--new-tokens", "12",
+                                    "--page-size", "16")
     assert completed.returncode == 0, completed.stderr[-2000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
     baseline = {**records[0], "variant": "triton_ps1", "median_step_ms": 2 * records[0]["median_step_ms"]}
@@ -328,10 +332,8 @@ def test_vk_decode_times_each_run_both_ways_and_the_report_keeps_the_overlapped_
     from harness.decode_report import primary_runs, write_decode_report
 
     out = tmp_path / "decode.jsonl"
-    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
-                                "--context", "20", "--budget", "8,24", "--new-tokens", "12", "--page-size", "16",
-                                "--phase-timing", "overlapped", "synced", "overlapped-blocking", "--no-progress",
-                                "--out", str(out)], capture_output=True, text=True, timeout=300)
+    completed = _vk_decode_tiny_cpu(out, "--context", "20", "--budget", "8,24", "--new-tokens", "12", "--page-size",
+                                    "16", "--phase-timing", "overlapped", "synced", "overlapped-blocking")
     assert completed.returncode == 0, completed.stderr[-2000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["budget"], r["phase_timing"]) for r in records] == [
@@ -350,10 +352,8 @@ def test_vk_decode_repeats_each_run_and_the_report_gives_their_spread(tmp_path):
     from harness.decode_report import repeated_steps, write_decode_report
 
     out = tmp_path / "decode.jsonl"
-    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
-                                "--context", "20", "--budget", "8", "--new-tokens", "10", "--page-size", "16",
-                                "--repeats", "3", "--no-progress", "--out", str(out)],
-                               capture_output=True, text=True, timeout=300)
+    completed = _vk_decode_tiny_cpu(out, "--context", "20", "--budget", "8", "--new-tokens", "10", "--page-size", "16",
+                                    "--repeats", "3")
     assert completed.returncode == 0, completed.stderr[-2000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["repeat"] for r in records] == [0, 1, 2]
@@ -362,8 +362,7 @@ def test_vk_decode_repeats_each_run_and_the_report_gives_their_spread(tmp_path):
     assert repeated_steps(records) == {(20, 8, "reference"): steps}
     text = write_decode_report([out], tmp_path / "report", "tiny")[0].read_text()
     assert f"3 runs, step median of the runs {statistics.median(steps):.2f} ms" in text
-    bad = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
-                          "--repeats", "0", "--no-progress"], capture_output=True, text=True, timeout=120)
+    bad = _vk_decode_tiny_cpu(None, "--repeats", "0", timeout=120)
     assert bad.returncode != 0 and "--repeats: expected at least 1, got 0" in bad.stderr
 
 
@@ -475,10 +474,8 @@ def test_best_budget_judges_each_run_against_the_greedy_run_its_drafter_followed
 
 def test_oracle_drafter_follows_the_padded_greedy_run_when_given(tmp_path):
     out = tmp_path / "decode.jsonl"
-    completed = subprocess.run([sys.executable, "-m", "harness", "decode", "--preset", "tiny", "--device", "cpu",
-                                "--context", "20", "--budget", "8", "--new-tokens", "10", "--page-size", "16",
-                                "--batch-invariant-greedy", "--check-lossless", "--no-progress", "--out", str(out)],
-                               capture_output=True, text=True, timeout=300)
+    completed = _vk_decode_tiny_cpu(out, "--context", "20", "--budget", "8", "--new-tokens", "10", "--page-size", "16",
+                                    "--batch-invariant-greedy", "--check-lossless")
     assert completed.returncode == 0, completed.stderr[-2000:]
     record = json.loads(out.read_text().splitlines()[-1])
     assert record["drafter_reference"] == "greedy padded to the budget"
