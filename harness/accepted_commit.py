@@ -38,10 +38,11 @@ class AcceptedCommit:
         self._graph: torch.cuda.CUDAGraph | None = None
         self._graph_hidden: torch.Tensor | None = None
         self._features: torch.Tensor | None = None
-        self._greedy_path = greedy_path  # compiled on the GPU by warm_greedy
+        self._greedy_path = walk_result  # compiled on the GPU by warm_greedy
         self._greedy_graphs: tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph] | None = None
         self._greedy_inputs: tuple | None = None  # (address, shape) of each input the graphs read
-        self._greedy_result: torch.Tensor | None = None  # [budget + 2] on the device: path, length, bonus
+        self._greedy_result: torch.Tensor | None = None  # [2 budget + 3] on the device: walk_result
+        self._advance_prefix = False  # the commit also advances the device prefix length (warm_greedy)
         self._greedy_host: torch.Tensor | None = None    # its copy on the host (pinned on the GPU)
         self._greedy_read: torch.cuda.Event | None = None  # that copy is done
         self._greedy_features: torch.Tensor | None = None
@@ -103,21 +104,24 @@ class AcceptedCommit:
     # Greedy decoding: the walk on the device (two graphs: walk, then commit), no path upload.
 
     def _walk(self, tree: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        result = self._greedy_path(*tree)  # [T + 2]: the path padded with the root, its length, the bonus
+        result = self._greedy_path(*tree)  # [2T + 3]: see walk_result
         self._path.copy_(result[:self.budget + 1])
         return result
 
-    def warm_greedy(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor) -> None:
+    def warm_greedy(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor, *, advance_prefix: bool = False) -> None:
         """Capture the greedy walk's graph and its commit's graph for the bucket's static inputs
         ``tree`` (tokens, parents, picks [T], tree_mask, count, with T = the budget) and ``hidden``.
         On the GPU the walk goes through torch.compile (a few fused kernels instead of about 40
         small ones; eager, with a warning, if compiling fails). The warm-up run walks and commits
         whatever the bucket holds, which moves tree rows only (positions prefix_len ..
-        prefix_len + T - 1, none of them committed). A no-op on the CPU."""
+        prefix_len + T - 1, none of them committed). ``advance_prefix``: the commit's graph also
+        adds the path's length to the cache's device prefix length (the host then only mirrors
+        it: the device-drafting loop). A no-op on the CPU."""
         if tree[0].shape[0] != self.budget:
             raise ValueError(f"tree: expected a bucket of the budget's {self.budget} nodes, "
                              f"got {tree[0].shape[0]}")
-        inputs = tuple((tensor.data_ptr(), tuple(tensor.shape)) for tensor in (*tree, hidden))
+        inputs = (advance_prefix, *((tensor.data_ptr(), tuple(tensor.shape)) for tensor in (*tree, hidden)))
+        self._advance_prefix = advance_prefix
         if not self._path.is_cuda or (self._greedy_graphs is not None and self._greedy_inputs == inputs):
             return
         stream = torch.cuda.Stream()
@@ -132,8 +136,10 @@ class AcceptedCommit:
             self._greedy_result = self._walk(tree)
         with torch.cuda.graph(commit_graph):
             self._greedy_features = self._commit(hidden)
+            if advance_prefix:
+                self.advance_prefix()
         self._greedy_graphs, self._greedy_inputs = (walk_graph, commit_graph), inputs
-        self._greedy_host = torch.empty(self.budget + 2, dtype=torch.int64, pin_memory=True)
+        self._greedy_host = self.result_buffer()
         self._greedy_read = torch.cuda.Event()
 
     def start_greedy(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor) -> None:
@@ -141,16 +147,48 @@ class AcceptedCommit:
         to the host, and the commit of the path (so the host can draft while the commit runs);
         eager on the CPU. ``tree`` and ``hidden`` as in ``warm_greedy``. The caller then advances
         the prefix length by the path's length, which ``finish_greedy`` returns."""
-        if not self._path.is_cuda:
-            self._greedy_host = self._walk(tree)
-            self._greedy_features = self._commit(hidden)
-            return
         self.warm_greedy(tree, hidden)
-        walk_graph, commit_graph = self._greedy_graphs
-        walk_graph.replay()
-        self._greedy_host.copy_(self._greedy_result, non_blocking=True)
-        self._greedy_read.record()
-        commit_graph.replay()
+        if not self._path.is_cuda:
+            self._greedy_host = self.result_buffer()
+        self.queue_walk(tree, self._greedy_host, self._greedy_read)
+        self.queue_commit(hidden)
+
+    def advance_prefix(self) -> None:
+        """The cache's device prefix length += the walked path's length (no host sync)."""
+        self.cache.prefix_lens.add_(self._path[self.budget:])
+
+    def result_buffer(self) -> torch.Tensor:
+        """A host buffer for ``queue_walk`` (pinned on the GPU path): [2T + 3] int64, as walk_result."""
+        return torch.empty(2 * self.budget + 3, dtype=torch.int64, pin_memory=self._path.is_cuda)
+
+    @property
+    def walk_result(self) -> torch.Tensor | None:
+        """The last walk's result on the device (walk_result's layout; None before warm_greedy on
+        the GPU); its bonus slot (T + 1) is the next step's root."""
+        return self._greedy_result
+
+    def queue_walk(self, tree: tuple[torch.Tensor, ...], host: torch.Tensor,
+                   read: torch.cuda.Event | None = None) -> None:
+        """Queue the walk (its graph on the GPU, after warm_greedy for the same ``tree``) and the
+        copy of its result into ``host``; ``read`` is recorded after the copy. Eager on the CPU."""
+        if not self._path.is_cuda:
+            self._greedy_result = self._walk(tree)
+            host.copy_(self._greedy_result)
+            return
+        self._greedy_graphs[0].replay()
+        host.copy_(self._greedy_result, non_blocking=True)
+        if read is not None:
+            read.record()
+
+    def queue_commit(self, hidden: torch.Tensor) -> None:
+        """Queue the commit of the last queued walk's path (its graph on the GPU), with the prefix
+        advance if warm_greedy asked for it. Eager on the CPU."""
+        if self._path.is_cuda:
+            self._greedy_graphs[1].replay()
+            return
+        self._greedy_features = self._commit(hidden)
+        if self._advance_prefix:
+            self.advance_prefix()
 
     def finish_greedy(self, wait: Callable[[torch.cuda.Event], None] | None = None
                       ) -> tuple[list[int], int, torch.Tensor]:
@@ -166,13 +204,22 @@ class AcceptedCommit:
         return values[:length], values[self.budget + 1], self._greedy_features[:length]
 
 
+def walk_result(tokens: torch.Tensor, parents: torch.Tensor, picks: torch.Tensor, tree_mask: torch.Tensor,
+                count: torch.Tensor) -> torch.Tensor:
+    """[2T + 3] int64: ``greedy_path`` ([T + 2]: the path padded with the root, its length, the
+    bonus token), then the path's tokens [T] and the tree's real node count: all the host needs
+    to know of a step when the tree was built on the device."""
+    path = greedy_path(tokens, parents, picks, tree_mask, count)
+    return torch.cat([path, tokens[path[:tokens.shape[0]]], count.view(1)])
+
+
 def _compiled_greedy_path(tree: tuple[torch.Tensor, ...]):
-    """``greedy_path`` through torch.compile, compiled (and run once) for ``tree``'s shapes; the
+    """``walk_result`` through torch.compile, compiled (and run once) for ``tree``'s shapes; the
     eager function, with a warning, if Inductor fails (that costs speed, not correctness)."""
-    walk = torch.compile(greedy_path, dynamic=False, fullgraph=True)
+    walk = torch.compile(walk_result, dynamic=False, fullgraph=True)
     try:
         walk(*tree)
     except Exception as error:  # noqa: BLE001 - any compiler failure falls back to the same function, eager
         warnings.warn(f"greedy_path: torch.compile failed ({type(error).__name__}: {error}); the walk runs eagerly")
-        return greedy_path
+        return walk_result
     return walk

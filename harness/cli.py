@@ -382,6 +382,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "overlaps the next draft; overlapped-blocking: the same, waiting in cudaEventSynchronize; "
                              "synced: a device sync after every phase, so phases add up to the step. Several: each "
                              "run once per choice (harness/decode_loop.py)")
+    decode.add_argument("--draft-on", nargs="+", choices=["host", "device"], default=["host"],
+                        help="host (default): the host drafts, builds the tree and its mask between steps; device: "
+                             "all three run on the device in CUDA graphs and the host stays one step behind (greedy, "
+                             "oracle drafter; phase timing overlapped only). Both: each run once per choice "
+                             "(harness/device_decode.py)")
     decode.add_argument("--repeats", type=int, default=1,
                         help="runs of each (context, variant, budget, timing), back to back in one process, for the "
                              "run-to-run spread of the step (records carry ``repeat``)")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .decode_loop import DecodeRun, compare_tokens, ddtree_decode, greedy_decode, prefill
+from .device_decode import ddtree_decode_on_device
 from .drafters import make_drafter
 from .kv_pool import PagedKVCache
 from .mla_model import PRESETS, MLAConfig, MLAModel, load_weights, random_weights
@@ -95,7 +96,7 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
                 block_size: int, temperature: float, seed: int, greedy: DecodeRun | None,
                 use_graphs: bool = True, measure_attention: bool = True,
                 greedy_batch_invariant: DecodeRun | None = None, sync_phases: bool = False,
-                spin: bool = True) -> dict:
+                spin: bool = True, draft_on: str = "host") -> dict:
     """One DDTree run with ``variant``; compared with ``greedy`` (and with the batch-invariant
     greedy run, forwards padded to the budget) when given. The oracle drafter follows the
     batch-invariant run when there is one (the continuation this verify's numerics produce, so a
@@ -105,14 +106,18 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
     followed = greedy_batch_invariant if greedy_batch_invariant is not None else greedy
     reference = setup.history + followed.tokens if followed is not None else None
     drafter = make_drafter(drafter_name, reference=reference, vocab=setup.config.vocab, seed=seed)
-    run = ddtree_decode(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size,
-                        temperature=temperature, seed=seed, sync_phases=sync_phases, spin=spin)
+    if draft_on == "device":
+        run = ddtree_decode_on_device(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size)
+    else:
+        run = ddtree_decode(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size,
+                            temperature=temperature, seed=seed, sync_phases=sync_phases, spin=spin)
     summary = run.summary()
     result = {"variant": variant, "kernel": runner.kernel(budget), "drafter": drafter_name, "budget": budget,
               "drafter_reference": None if drafter_name != "oracle" else (
                   PADDED_GREEDY if greedy_batch_invariant is not None else "greedy"),
               "block_size": block_size, "temperature": temperature, "graphs": runner.use_graphs,
-              "phase_timing": "synced" if sync_phases else "overlapped" if spin else "overlapped-blocking", **summary,
+              "phase_timing": "synced" if sync_phases else "overlapped" if spin else "overlapped-blocking",
+              "draft_on": draft_on, **summary,
               "steps_detail": run.step_dicts()}
     if measure_attention:
         setup.cache.reserve(setup.start_len + budget)
@@ -175,8 +180,14 @@ def run_matrix(args, command: str) -> list[dict]:
     if args.repeats < 1:
         raise SystemExit(f"vk decode: --repeats: expected at least 1, got {args.repeats}")
     repeats = range(args.repeats)
-    jobs = [(c, v, b, t, r) for c in args.context for v in variants_ for b in args.budget for t in timings
-            for r in repeats]
+    draft_on = list(dict.fromkeys(args.draft_on))
+    if "device" in draft_on and (args.temperature > 0 or args.drafter != "oracle"):
+        raise SystemExit(f"vk decode: --draft-on device: greedy decoding with the oracle drafter only, got "
+                         f"--temperature {args.temperature} --drafter {args.drafter}")
+    # Device drafting is timed one way (overlapped: the host one step behind); its other timings are skipped.
+    modes = [(t, d) for d in draft_on for t in timings if d == "host" or t == "overlapped"]
+    jobs = [(c, v, b, r, m) for c in args.context for v in variants_ for b in args.budget for r in repeats
+            for m in modes]  # the timings and draft places of one repeat side by side
     progress = tqdm(total=len(jobs), desc="decode", unit="run", disable=args.no_progress)
     for context in args.context:
         setups: dict[int, DecodeSetup] = {}
@@ -198,7 +209,7 @@ def run_matrix(args, command: str) -> list[dict]:
         padded_greedy: dict[int, DecodeRun] = {}  # budget -> greedy with forwards padded to it
         for variant in variants_:
             setup = setup_for(page_size_for(variant, args.page_size))
-            for budget, timing, repeat in ((b, t, r) for b in args.budget for t in timings for r in repeats):
+            for budget, repeat, (timing, drafting) in ((b, r, m) for b in args.budget for r in repeats for m in modes):
                 if args.batch_invariant_greedy and args.temperature == 0 and budget not in padded_greedy:
                     padded_greedy[budget] = greedy_reference(
                         setup_for(page_size_for(reference_variant, args.page_size)), variant=reference_variant,
@@ -220,9 +231,9 @@ def run_matrix(args, command: str) -> list[dict]:
                                                use_graphs=not args.no_graphs,
                                                greedy_batch_invariant=padded_greedy.get(budget),
                                                sync_phases=timing == "synced",
-                                               spin=timing != "overlapped-blocking"))
+                                               spin=timing != "overlapped-blocking", draft_on=drafting))
                 except Exception as error:  # a run that fails is a record too; the matrix goes on
-                    payload.update({"variant": variant, "budget": budget, "status": "error",
+                    payload.update({"variant": variant, "budget": budget, "draft_on": drafting, "status": "error",
                                     "reason": f"{type(error).__name__}: {str(error)[:500]}"})
                 record = make_record("decode", payload, command)
                 if args.out:
@@ -246,8 +257,10 @@ def _match(lossless: dict | None) -> str:
 
 def timing_suffix(record: dict) -> str:
     """" synced" for a run timed with a sync after every phase (``--phase-timing synced``), " blocking"
-    for one that waited in cudaEventSynchronize (``overlapped-blocking``), else ""."""
-    return {"synced": " synced", "overlapped-blocking": " blocking"}.get(record.get("phase_timing"), "")
+    for one that waited in cudaEventSynchronize (``overlapped-blocking``), else ""; then
+    " device-draft" for a run that drafted on the device (``--draft-on device``)."""
+    timing = {"synced": " synced", "overlapped-blocking": " blocking"}.get(record.get("phase_timing"), "")
+    return timing + (" device-draft" if record.get("draft_on") == "device" else "")
 
 
 def _variant_label(record: dict) -> str:

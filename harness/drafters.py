@@ -13,6 +13,9 @@ ignore.
   otherwise the true token sits at a random lower rank, or (probability ``miss``) not in the top-k at
   all. The log-probabilities follow a fixed descending profile over ranks, so the tree builder sees
   a realistic shape. Seeded: the same step of the same run drafts the same block.
+  ``draft_on_device`` drafts the same way from tensors on the device (position and reference
+  there, counter-based random draws instead of Python's), so a CUDA graph can draft without the
+  host: the stand-in for a learned drafter, whose top-k is on the device anyway.
 - ``NgramDrafter``: prompt lookup, model-free. The longest suffix of the history (up to ``max_n``
   tokens) that occurred earlier; the tokens that followed its occurrences, counted per offset, are
   the ranked candidates.
@@ -61,6 +64,7 @@ class OracleDrafter:
         self.reference, self.vocab, self.top_k = list(reference), vocab, top_k
         self.p_first, self.decay, self.miss, self.seed = p_first, decay, miss, seed
         self._profiles: dict[int, list[float]] = {}
+        self._device_tables: dict = {}  # draft_on_device's reference and profiles, on its device
 
     def p_true_first(self, depth: int) -> float:
         return self.p_first * self.decay ** (depth - 1)
@@ -93,6 +97,55 @@ class OracleDrafter:
             tokens.append(row)
             logprobs.append(self._profile(depth))
         return _block(tokens, logprobs, top_k)
+
+
+    def draft_on_device(self, position: torch.Tensor, block_size: int) -> BlockDraft:
+        """The block after ``position`` ([1] int64 on the device: the history's length) as
+        [block_size, K] tensors on that device, without a host sync. Same law as ``draft``: at
+        depth d the true token is first with probability p_d, else (probability ``miss``) absent,
+        else at a uniform lower rank; the K wrong tokens are distinct and spread over the
+        vocabulary. Positions past the reference get -inf (no node there). Draws: a hash of
+        (seed, position, depth, draw), so a step drafts the same block in any process."""
+        device = position.device
+        key = (device, block_size)
+        if self._device_tables.get("key") != key:
+            profiles = [self._profile(depth) for depth in range(1, block_size + 1)]
+            self._device_tables = {
+                "key": key, "reference": torch.tensor(self.reference, dtype=torch.int64, device=device),
+                "profile": torch.tensor(profiles, dtype=torch.float32, device=device),
+                "p_first": torch.tensor([self.p_true_first(d) for d in range(1, block_size + 1)], device=device)}
+        tables = self._device_tables
+        reference, vocab, top_k = tables["reference"], self.vocab, self.top_k
+        depth = torch.arange(block_size, device=device)
+        at = position.to(torch.int64).view(1) + depth  # [D] reference index of each drafted position
+        inside = at < reference.numel()
+        true = reference[at.clamp(max=reference.numel() - 1)]
+        draws = _uniform_hash(self.seed, at[:, None], torch.arange(4, device=device)[None, :])  # [D, 4]
+        # K distinct wrong tokens: true + 1 + (start + j * stride) mod (V - 1), j < K, stride * (K - 1) < V - 1.
+        stride = 1 + (draws[:, 0] * ((vocab - 1) // top_k - 1)).long()
+        start = (draws[:, 1] * (vocab - 1)).long()
+        rank = torch.arange(top_k, device=device)
+        others = (true[:, None] + 1 + (start[:, None] + rank[None, :] * stride[:, None]) % (vocab - 1)) % vocab
+        true_rank = torch.where(draws[:, 2] < tables["p_first"], 0,
+                                torch.where(draws[:, 3] < self.miss, top_k,
+                                            1 + ((draws[:, 3] - self.miss) / (1 - self.miss) * (top_k - 1)).long()
+                                            .clamp(max=top_k - 1)))
+        shifted = torch.cat([others[:, :1], others[:, :-1]], 1)  # others[k - 1] at rank k
+        tokens = torch.where(rank[None, :] < true_rank[:, None], others,
+                             torch.where(rank[None, :] == true_rank[:, None], true[:, None], shifted))
+        logprobs = torch.where(inside[:, None], tables["profile"], float("-inf"))
+        return BlockDraft(tokens, logprobs)
+
+
+def _uniform_hash(seed: int, position: torch.Tensor, draw: torch.Tensor) -> torch.Tensor:
+    """Uniform floats in [0, 1) from (seed, position, draw) integer tensors (broadcast): a
+    murmur3-style mix of 32-bit words in int64 arithmetic (exact on the CPU and the GPU)."""
+    mask = 0xFFFFFFFF
+    x = (position * 0x9E3779B1 + draw * 0x85EBCA77 + (seed & mask) * 0xC2B2AE3D) & mask
+    for multiplier in (0x85EBCA6B, 0xC2B2AE35):
+        x = ((x ^ (x >> 16)) * multiplier) & mask
+    x = x ^ (x >> 16)
+    return (x >> 8).float() / float(1 << 24)
 
 
 class NgramDrafter:

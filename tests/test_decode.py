@@ -480,3 +480,58 @@ def test_oracle_drafter_follows_the_padded_greedy_run_when_given(tmp_path):
     record = json.loads(out.read_text().splitlines()[-1])
     assert record["drafter_reference"] == "greedy padded to the budget"
     assert record["lossless"]["identical"] and record["lossless_batch_invariant"]["identical"]  # float32 CPU
+
+
+@pytest.mark.parametrize("context, page_size, budget", [(0, 1, 17), (37, 16, 24), (130, 64, 40)])
+def test_device_drafting_decodes_the_greedy_tokens_and_returns_the_pages(tiny_model, context, page_size, budget):
+    """Draft, tree and mask on the device with the host one step behind: the greedy tokens, every
+    phase timed, and the cache (pages, prefix length) as it was before the run."""
+    setup = _setup(tiny_model, context=context, page_size=page_size)
+    greedy = greedy_reference(setup, variant="reference", new_tokens=30 + 16)
+    pages, prefix = list(setup.cache.pages), setup.cache.prefix_len
+    result = decode_once(setup, variant="reference", drafter_name="oracle", budget=budget, new_tokens=30,
+                         block_size=16, temperature=0.0, seed=0, greedy=greedy, draft_on="device")
+    assert result["draft_on"] == "device" and result["lossless"]["identical"], result["lossless"]
+    assert len(result["tokens"]) == 30 and result["mean_accepted"] > 1.5
+    for step in result["steps_detail"]:
+        assert step["wall_ms"] > 0 and set(step["phases_ms"]) == {"draft", "tree", "mask", "verify", "walk", "commit"}
+        assert step["tree_nodes"] == budget
+    assert setup.cache.pages == pages and setup.cache.prefix_len == prefix
+    assert int(setup.cache.prefix_lens[0]) == prefix
+
+
+def test_vk_decode_drafts_on_the_host_and_on_the_device_in_one_run(tmp_path):
+    out = tmp_path / "decode.jsonl"
+    completed = _vk_decode_tiny_cpu(out, "--check-lossless", "--context", "20", "--budget", "16", "--new-tokens", "16",
+                                    "--draft-on", "host", "device", "--phase-timing", "overlapped", "synced")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    # The device loop is timed overlapped only: three runs, not four.
+    assert [(r["draft_on"], r["phase_timing"]) for r in records] == [
+        ("host", "overlapped"), ("host", "synced"), ("device", "overlapped")]
+    assert all(r["lossless"]["identical"] for r in records)
+    assert "device-draft" in completed.stdout
+
+
+def test_vk_decode_refuses_device_drafting_without_the_oracle():
+    completed = _vk_decode_tiny_cpu(None, "--draft-on", "device", "--drafter", "ngram", timeout=120)
+    assert completed.returncode != 0 and "--draft-on device" in completed.stderr
+
+
+@pytest.mark.gpu
+def test_gpu_device_drafting_matches_the_host_loops_tokens():
+    """On the GPU the device loop's graphs (draft, tree, mask, verify, walk, commit) decode the
+    tokens the host loop decodes, every phase has a GPU time, and the cache is left as it was."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("gluon_wgmma_ws needs a Hopper GPU")
+    model = build_model("tiny", seed=3, dtype=torch.bfloat16, device="cuda")
+    setup = build_setup(model, make_prompt(model.config, None, 9, 3), context=300, max_new=64, max_tree=40,
+                        page_size=64, seed=3, prefill_variant="gluon_wgmma_ws")
+    greedy = greedy_reference(setup, variant="gluon_wgmma_ws", new_tokens=40, rows=32)
+    pages = list(setup.cache.pages)
+    runs = [decode_once(setup, variant="gluon_wgmma_ws", drafter_name="oracle", budget=32, new_tokens=24,
+                        block_size=16, temperature=0.0, seed=0, greedy=greedy, draft_on=where)
+            for where in ("host", "device")]
+    assert runs[0]["tokens"] == runs[1]["tokens"] == greedy.tokens[:24]
+    assert all(s["wall_ms"] > 0 and min(s["phases_ms"].values()) > 0 for s in runs[1]["steps_detail"])
+    assert setup.cache.pages == pages and int(setup.cache.prefix_lens[0]) == setup.start_len
