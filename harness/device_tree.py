@@ -25,7 +25,6 @@ import torch
 
 from verify_kernels import trees
 
-_LOW_BITS = (1 << 32) - 1
 _NO_KEY = torch.iinfo(torch.int64).min
 
 
@@ -33,10 +32,12 @@ def _sort_keys(scores: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     """int64 keys that sort like (score descending, ``order`` ascending); -inf scores below all.
 
     A float32's bits, read as int32, order like the float once the magnitude bits of negative
-    values are flipped; ``order`` < 2**32 fills the low word, inverted."""
+    values are flipped; ``order`` < 2**32 fills the low word, inverted: ordered * 2**32 + (2**32 -
+    1 - order), written so no constant past int32 meets an index (Inductor's Triton code keeps
+    index arithmetic in int32)."""
     bits = scores.float().view(torch.int32).to(torch.int64)
     ordered = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
-    keys = (ordered << 32) | (_LOW_BITS - order)
+    keys = ((ordered + 1) << 32) - 1 - order
     return torch.where(torch.isneginf(scores), _NO_KEY, keys)
 
 

@@ -141,7 +141,8 @@ def _uniform_hash(seed: int, position: torch.Tensor, draw: torch.Tensor) -> torc
     """Uniform floats in [0, 1) from (seed, position, draw) integer tensors (broadcast): a
     murmur3-style mix of 32-bit words in int64 arithmetic (exact on the CPU and the GPU)."""
     mask = 0xFFFFFFFF
-    x = (position * 0x9E3779B1 + draw * 0x85EBCA77 + (seed & mask) * 0xC2B2AE3D) & mask
+    # Multipliers of the index tensors below 2**31: Inductor's Triton code multiplies an index in int32.
+    x = (position * 0x165667B1 + draw * 0x27D4EB2F + (seed & mask) * 0xC2B2AE3D) & mask
     for multiplier in (0x85EBCA6B, 0xC2B2AE35):
         x = ((x ^ (x >> 16)) * multiplier) & mask
     x = x ^ (x >> 16)
