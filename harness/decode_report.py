@@ -105,7 +105,7 @@ def plot_steps(records: list[dict], path: Path) -> None:
     by_variant: dict[str, dict[int, dict]] = defaultdict(dict)
     for r in timed:
         if r["budget"] == budget:
-            by_variant[r["variant"]][r["context"]] = r  # a repeated point: the last run
+            by_variant[r["variant"] + timing_suffix(r)][r["context"]] = r  # a repeated point: the last run
     floors = sorted({(r["context"], r["floor"]["step_ms"]) for rs in by_variant.values() for r in rs.values()
                      if "floor" in r})
     with saved_figure(path) as axis:

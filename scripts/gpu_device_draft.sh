@@ -13,7 +13,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
 sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
 quiet() { grep -v "warnings.warn\|UserWarning\|select_variant(variant" | tail -n "$1"; }
 timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py -k "device_drafting or overlapped_timing" \
-  --tb=short 2>&1 | tail -n 15 | tee "$OUT/pytest-decode-device-draft-gpu-$sku.txt"
+  --tb=short 2>&1 | grep -v DEBUG | grep -E "^E  |passed|failed|error" | tail -n 25 | tee "$OUT/pytest-decode-device-draft-gpu-$sku.txt"
 grep -q " passed" "$OUT/pytest-decode-device-draft-gpu-$sku.txt" && ! grep -q "failed\|error" "$OUT/pytest-decode-device-draft-gpu-$sku.txt" \
   || { echo "gpu tests failed: no timed runs"; exit 1; }
 common=(decode --preset k2-tp8 --budget 64 --compile-layers --batch-invariant-greedy --new-tokens 48 --drafter oracle
