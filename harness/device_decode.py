@@ -4,8 +4,9 @@ the host one step behind the GPU.
 A step on the device, all in stream order (graphs on the GPU, eager on the CPU):
   draft   the drafter's top-k from the device prefix length and the last bonus token
           (``draft_on_device``)
-  tree    the best-first tree of ``budget`` nodes (device_tree.build_tree_tensors) into the
-          verify bucket's ids                               mask   its ancestor mask
+  tree    the best-first tree of ``budget`` nodes into the verify bucket's ids (one Triton
+          program on the GPU, device_tree_kernel.py; device_tree.py's tensor operations on the CPU)
+  mask    its ancestor mask
   verify  the target forward over the tree (the bucket's graph)
   walk    the greedy walk (accepted_commit.walk_result), copied to a pinned host buffer
   commit  the path's rows moved, and the device prefix length advanced by the path
@@ -35,6 +36,7 @@ import torch
 from .accepted_commit import AcceptedCommit
 from .decode_loop import PHASES, DecodeRun, StepRecord, _restart, _sync, spin_wait
 from .device_tree import ancestor_mask, build_tree_tensors
+from .device_tree_kernel import TreeKernel
 from .drafters import Drafter
 from .target_runner import TargetRunner
 
@@ -52,8 +54,9 @@ class _Queued:
 
 
 class _DeviceStep:
-    """The draft, tree and mask of a step as three graphs (functions eager on the CPU, compiled
-    for the GPU) that read the device prefix length and ``root`` and write the verify bucket."""
+    """The draft, tree and mask of a step as three graphs that read the device prefix length and
+    ``root`` and write the verify bucket. On the GPU: the draft and the mask compiled, the tree one
+    Triton program; on the CPU all three eager tensor operations."""
 
     def __init__(self, runner: TargetRunner, drafter: Drafter, *, budget: int, block_size: int, offset: int,
                  root_token: int):
@@ -64,6 +67,7 @@ class _DeviceStep:
         self.block_size, self.budget = block_size, budget
         self._prefix_lens, self._offset, self._drafter = cache.prefix_lens, offset, drafter
         self._draft_fn, self._tree_fn, self._mask_fn = self._draft, self._tree, self._mask
+        self._kernel: TreeKernel | None = None  # the GPU's tree builder (budget >= 2)
         self._graphs: list[torch.cuda.CUDAGraph] = []
         if self.cuda:
             self._capture()
@@ -76,19 +80,30 @@ class _DeviceStep:
     def _tree(self, tokens, logprobs):
         return build_tree_tensors(self.root, tokens, logprobs, self.budget)[0]
 
+    def _write_tree(self, tokens, logprobs) -> None:
+        """The tree's ids into the bucket: one Triton launch on the GPU (device_tree_kernel.py),
+        the tensor operations of device_tree.py on the CPU."""
+        if self._kernel is not None:
+            self._kernel(self.root, tokens, logprobs, self.bucket.ids)
+        else:
+            self.bucket.ids.copy_(self._tree_fn(tokens, logprobs))
+
     def _mask(self, ids):
         return ancestor_mask(ids[2 * self.budget:3 * self.budget], max_depth=self.block_size)
 
     def _run(self) -> None:
         """The three phases once, eagerly (the CPU path, and the GPU warm-up before capture)."""
         tokens, logprobs = self._draft_fn()
-        self.bucket.ids.copy_(self._tree_fn(tokens, logprobs))
+        self._write_tree(tokens, logprobs)
         self.bucket.mask.copy_(self._mask_fn(self.bucket.ids))
 
     def _capture(self) -> None:
         self._run()  # eagerly first: the drafter builds its device tables outside the compiler
+        tokens, _ = self._draft_fn()
+        if self.budget >= 2:
+            self._kernel = TreeKernel(tokens.shape[0], tokens.shape[1], self.budget, tokens.device)
         compile_ = lambda fn: torch.compile(fn, dynamic=False, fullgraph=True)  # noqa: E731
-        self._draft_fn, self._tree_fn, self._mask_fn = compile_(self._draft), compile_(self._tree), compile_(self._mask)
+        self._draft_fn, self._mask_fn = compile_(self._draft), compile_(self._mask)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -99,7 +114,7 @@ class _DeviceStep:
         with torch.cuda.graph(draft):
             tokens, logprobs = self._draft_fn()
         with torch.cuda.graph(tree):
-            self.bucket.ids.copy_(self._tree_fn(tokens, logprobs))
+            self._write_tree(tokens, logprobs)
         with torch.cuda.graph(mask):
             self.bucket.mask.copy_(self._mask_fn(self.bucket.ids))
         self._graphs = [draft, tree, mask]
@@ -111,7 +126,7 @@ class _DeviceStep:
             mark()
             tokens, logprobs = self._draft_fn()
             mark()
-            self.bucket.ids.copy_(self._tree_fn(tokens, logprobs))
+            self._write_tree(tokens, logprobs)
             mark()
             self.bucket.mask.copy_(self._mask_fn(self.bucket.ids))
             return

@@ -8,8 +8,11 @@ import torch
 
 from harness.ddtree import build_tree
 from harness.device_tree import ancestor_mask, build_tree_tensors
+from harness.device_tree_kernel import TreeKernel
 from harness.drafters import OracleDrafter
 from verify_kernels import trees
+
+from conftest import DEVICE, HAS_CUDA
 
 
 def _draft(depth, ranks, seed, *, ties=False, cut=False):
@@ -109,3 +112,26 @@ def test_device_oracle_draft_follows_its_law():
     assert abs(first[0] / rows - 0.8) < 0.1
     assert abs(first[15] / (rows - 8) - 0.8 * 0.95 ** 15) < 0.12
     assert abs(missing[15] / (rows - 8) - 0.3 * (1 - 0.8 * 0.95 ** 15)) < 0.12
+
+
+# The interpreter sorts slowly: small shapes on the CPU, the decode's own (16, 8, 64) on the GPU.
+_KERNEL_SHAPES = [(3, 3, 10, True, True), (5, 4, 40, True, False), (2, 5, 31, False, True), (1, 1, 2, False, False),
+                  (6, 3, 7, True, True)] + ([(16, 8, 64, False, False), (16, 8, 64, True, True)] if HAS_CUDA else [])
+
+
+@pytest.mark.parametrize("depth, ranks, budget, ties, cut", _KERNEL_SHAPES)
+def test_tree_kernel_writes_the_tensor_builders_ids(depth, ranks, budget, ties, cut):
+    top_tokens, top_logprobs = _draft(depth, ranks, seed=depth * 7 + ranks + budget, ties=ties, cut=cut)
+    expected, _ = build_tree_tensors(torch.tensor([7]), top_tokens, top_logprobs, budget)
+    out = torch.full((3 * budget + 1,), -5, dtype=torch.int64, device=DEVICE)
+    kernel = TreeKernel(depth, ranks, budget, torch.device(DEVICE))
+    kernel(torch.tensor([7], device=DEVICE), top_tokens.to(DEVICE), top_logprobs.to(DEVICE), out)
+    assert torch.equal(out.cpu(), expected)
+
+
+def test_tree_kernel_rejects_other_shapes():
+    kernel = TreeKernel(2, 3, 8, torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"expected \[2, 3\]"):
+        kernel(torch.tensor([1]), torch.zeros(3, 3, dtype=torch.int64), torch.zeros(3, 3), torch.empty(25, dtype=torch.int64))
+    with pytest.raises(ValueError, match="out: expected"):
+        kernel(torch.tensor([1]), torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3), torch.empty(24, dtype=torch.int64))
