@@ -78,7 +78,7 @@ class _DeviceStep:
         return block.top_tokens, block.top_logprobs
 
     def _tree(self, tokens, logprobs):
-        return build_tree_tensors(self.root, tokens, logprobs, self.budget)[0]
+        return build_tree_tensors(self.root, tokens, logprobs, self.budget)[0]  # (the mask is _mask's)
 
     def _write_tree(self, tokens, logprobs) -> None:
         """The tree's ids into the bucket: one Triton launch on the GPU (device_tree_kernel.py),

@@ -1,5 +1,8 @@
 """The DDTree builder and its ancestor mask as tensor operations: no host sync and no Python loop
-over nodes, so a CUDA graph can build the next tree from a drafter's top-k on the device.
+over nodes. The device-drafting loop builds its mask with ``ancestor_mask`` on any device and its
+tree with ``build_tree_tensors`` on the CPU; on the GPU the tree comes from one Triton program
+(device_tree_kernel.py) that this function is the reference for (as compiled tensor operations it
+took 0.54 ms of GPU time per step).
 
 Same tree as ``ddtree.build_tree`` (the best ``budget - 1`` prefixes under the root by summed
 log-probability), built depth by depth instead of with a heap. A prefix at depth d is a prefix at
