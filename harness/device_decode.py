@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .accepted_commit import AcceptedCommit
-from .decode_loop import PHASES, DecodeRun, StepRecord, _restart, _sync, spin_wait
+from .decode_loop import PHASES, DecodeRun, StepRecord, _greedy_inputs, _restart, _sync, spin_wait
 from .device_tree import ancestor_mask, build_tree_tensors
 from .device_tree_kernel import TreeKernel
 from .drafters import Drafter
@@ -91,10 +91,14 @@ class _DeviceStep:
     def _mask(self, ids):
         return ancestor_mask(ids[2 * self.budget:3 * self.budget], max_depth=self.block_size)
 
-    def _run(self) -> None:
-        """The three phases once, eagerly (the CPU path, and the GPU warm-up before capture)."""
+    def _run(self, mark=lambda: None) -> None:
+        """The three phases once, eagerly, calling ``mark()`` before each (the CPU path, and the
+        GPU warm-up before capture)."""
+        mark()
         tokens, logprobs = self._draft_fn()
+        mark()
         self._write_tree(tokens, logprobs)
+        mark()
         self.bucket.mask.copy_(self._mask_fn(self.bucket.ids))
 
     def _capture(self) -> None:
@@ -123,12 +127,7 @@ class _DeviceStep:
     def queue(self, mark) -> None:
         """Queue draft, tree and mask, calling ``mark()`` before each."""
         if not self.cuda:
-            mark()
-            tokens, logprobs = self._draft_fn()
-            mark()
-            self._write_tree(tokens, logprobs)
-            mark()
-            self.bucket.mask.copy_(self._mask_fn(self.bucket.ids))
+            self._run(mark)
             return
         for graph in self._graphs:
             mark()
@@ -155,9 +154,8 @@ def ddtree_decode_on_device(runner: TargetRunner, history: list[int], new_tokens
     step = _DeviceStep(runner, drafter, budget=budget, block_size=block_size, offset=len(history) - start_len,
                        root_token=history[-1])
     bucket = step.bucket
-    tree_inputs = lambda: (bucket.tokens, bucket.parents, bucket.picks, bucket.mask, bucket.count)  # noqa: E731
-    commit = AcceptedCommit(cache, budget)  # (the eager CPU forward makes new picks and hidden per run)
-    commit.warm_greedy(tree_inputs(), bucket.hidden, advance_prefix=True)
+    commit = AcceptedCommit(cache, budget)
+    commit.warm_greedy(_greedy_inputs(bucket), bucket.hidden, advance_prefix=True)
     _sync(device)
     buffers = deque(commit.result_buffer() for _ in range(2))  # a result is read while the next lands
 
@@ -177,7 +175,7 @@ def ddtree_decode_on_device(runner: TargetRunner, history: list[int], new_tokens
         mark()
         runner.run(bucket)
         mark()
-        commit.queue_walk(tree_inputs(), host, queued.read)
+        commit.queue_walk(_greedy_inputs(bucket), host, queued.read)  # read per step: the CPU forward makes new picks
         step.root.copy_(commit.walk_result[budget + 1:budget + 2])  # the next step's root: the bonus
         mark()
         commit.queue_commit(bucket.hidden)

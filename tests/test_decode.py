@@ -256,14 +256,20 @@ def test_overlapped_and_synced_phase_timing_decode_the_same_tokens(tiny_model):
     assert runs[False]["median_step_ms"] == pytest.approx(statistics.median(walls))
 
 
-@pytest.mark.gpu
-def test_gpu_overlapped_timing_keeps_the_tokens_and_times_the_commit_on_the_gpu():
+def _gpu_ws_setup(*, max_new):
+    """The tiny preset in bf16 on the GPU with 300 context rows, prefilled with gluon_wgmma_ws, and
+    its greedy run (40 tokens); skips off Hopper."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("gluon_wgmma_ws needs a Hopper GPU")
     model = build_model("tiny", seed=3, dtype=torch.bfloat16, device="cuda")
-    setup = build_setup(model, make_prompt(model.config, None, 9, 3), context=300, max_new=48, max_tree=40,
+    setup = build_setup(model, make_prompt(model.config, None, 9, 3), context=300, max_new=max_new, max_tree=40,
                         page_size=64, seed=3, prefill_variant="gluon_wgmma_ws")
-    greedy = greedy_reference(setup, variant="gluon_wgmma_ws", new_tokens=40)
+    return setup, greedy_reference(setup, variant="gluon_wgmma_ws", new_tokens=40)
+
+
+@pytest.mark.gpu
+def test_gpu_overlapped_timing_keeps_the_tokens_and_times_the_commit_on_the_gpu():
+    setup, greedy = _gpu_ws_setup(max_new=48)
     runs = [decode_once(setup, variant="gluon_wgmma_ws", drafter_name="oracle", budget=32, new_tokens=24,
                         block_size=16, temperature=0.0, seed=0, greedy=greedy, sync_phases=sync) for sync in (False, True)]
     assert runs[0]["tokens"] == runs[1]["tokens"]
@@ -522,12 +528,7 @@ def test_vk_decode_refuses_device_drafting_without_the_oracle():
 def test_gpu_device_drafting_matches_the_host_loops_tokens():
     """On the GPU the device loop's graphs (draft, tree, mask, verify, walk, commit) decode the
     greedy tokens as the host loop does, every phase has a GPU time, and the cache is left as it was."""
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("gluon_wgmma_ws needs a Hopper GPU")
-    model = build_model("tiny", seed=3, dtype=torch.bfloat16, device="cuda")
-    setup = build_setup(model, make_prompt(model.config, None, 9, 3), context=300, max_new=64, max_tree=40,
-                        page_size=64, seed=3, prefill_variant="gluon_wgmma_ws")
-    greedy = greedy_reference(setup, variant="gluon_wgmma_ws", new_tokens=40)
+    setup, greedy = _gpu_ws_setup(max_new=64)
     pages = list(setup.cache.pages)
     runs = [decode_once(setup, variant="gluon_wgmma_ws", drafter_name="oracle", budget=32, new_tokens=24,
                         block_size=16, temperature=0.0, seed=0, greedy=greedy, draft_on=where)
