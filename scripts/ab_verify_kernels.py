@@ -4,7 +4,7 @@ under a power cap for minutes, so timing one contender after the other biases th
 Each contender's output is first checked against the oracle (relative error, the bench's
 tolerance); a wrong one is reported and not timed, unless ``--time-wrong`` (ablations: a kernel with a
 part removed on purpose, to see what that part costs). Each round then times every contender once
-(graph replay, L2 flushed, ``harness.timing.time_graph``); the table gives each contender's median
+(graph replay, L2 flushed, ``harness.measure.timing.time_graph``); the table gives each contender's median
 over rounds and the SM clock NVML read after its rounds; ``--out`` appends one record per
 contender (environment, command). A contender is ``variant[:config-json]``, or
 ``file=PATH:config-json`` for a variant module kept as a file (an earlier version of a kernel,
@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from harness.cases import TOLERANCE
-from harness.records import append_records, make_record
-from harness.timing import gpu_state, time_graph
+from harness.bench.cases import TOLERANCE
+from harness.measure.records import append_records, make_record
+from harness.measure.timing import gpu_state, time_graph
 from verify_kernels import make_problem, reference_attention, variants
 from verify_kernels.contract import check_arguments
 

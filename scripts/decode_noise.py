@@ -18,10 +18,10 @@ import statistics
 import torch
 from tabulate import tabulate
 
-from harness.cli import _int_list
-from harness.decode_run import build_model, build_setup, greedy_reference, make_prompt, page_size_for
-from harness.records import make_record
-from harness.target_runner import TargetRunner
+from harness.arguments import int_list
+from harness.decode.run import build_model, build_setup, greedy_reference, make_prompt, page_size_for
+from harness.measure.records import make_record
+from harness.decode.target_runner import TargetRunner
 
 
 def noise_for_context(model, prompt, *, context: int, tokens: int, variant: str, page_size: int) -> dict:
@@ -46,7 +46,7 @@ def noise_for_context(model, prompt, *, context: int, tokens: int, variant: str,
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--context", type=_int_list, default=[0], help="comma-separated context lengths")
+    parser.add_argument("--context", type=int_list, default=[0], help="comma-separated context lengths")
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--variant", default="auto")
     parser.add_argument("--page-size", type=int, default=64)

@@ -8,7 +8,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_variants.py -k gluon_wgmma_ws --tb=short 2>&1 \
   | tail -n 4 | tee "$OUT/pytest-gluon-ws-$sku.txt"
 timeout 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py --tb=short 2>&1 \

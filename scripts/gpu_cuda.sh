@@ -5,7 +5,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 mkdir -p results/check results/tests results/bench results/sanitizer
 rm -f "results/check/$sku.jsonl" "results/bench/cuda-configs-$sku.jsonl"
 python3 -m harness env > "results/env-$sku.json"

@@ -20,7 +20,7 @@ compile=(); [ "${COMPILE:-0}" = 1 ] && compile=(--compile-layers)
 [ "${BATCH_INVARIANT:-0}" = 1 ] && compile+=(--batch-invariant-greedy)
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 [ "${2:-}" = skip-tests ] || timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py 2>&1 \
   | tail -n 4 | tee "$OUT/pytest-decode-gpu-$sku.txt"
 [ "$main_s" = 0 ] || timeout "$main_s" python3 -m harness decode --preset k2-tp8 --context "$contexts" --budget 64 \

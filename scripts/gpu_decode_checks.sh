@@ -6,7 +6,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 timeout 110 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py 2>&1 \
   | tail -n 4 | tee "$OUT/pytest-decode-gpu-$sku.txt"
 timeout 150 python3 scripts/decode_noise.py --preset k2-tp8 --context 32768,131072 --tokens 48 --variant auto \

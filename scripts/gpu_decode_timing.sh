@@ -8,7 +8,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py -k "overlapped or gluon_wgmma_ws" 2>&1 \
   | tail -n 3 | tee "$OUT/pytest-decode-timing-gpu-$sku.txt"
 timeout 330 python3 -m harness decode --preset k2-tp8 --context 185000,131072 --budget 64 --compile-layers \

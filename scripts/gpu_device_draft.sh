@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call for the device-drafting decode loop (harness/device_decode.py, 2026-12-03):
+# Device call for the device-drafting decode loop (harness/decode/device_loop.py, 2026-12-03):
 #   1. the tree kernel against the tensor builder (also at the decode's shapes), the tests of the
 #      device loop (greedy tokens, every phase timed on the GPU, the cache left as it was) and of
 #      the overlapped host loop; stops here if they fail;
@@ -11,7 +11,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 quiet() { grep -v "warnings.warn\|UserWarning\|select_variant(variant" | tail -n "$1"; }
 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_device_tree.py tests/test_decode.py \
   -k "kernel or device_drafting or overlapped_timing" \

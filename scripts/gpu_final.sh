@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Final H200 run: compute-sanitizer on cuda_coalesced, vk check of its sm_90 default, graph-mode
 # timings at the issue targets, the H = 64 large-tree table, ncu limiter counters, the quick sweep
-# with peers (vk bench --sweep harness/sweeps/quick.yaml), a repeat-agreement check, and reports.
+# with peers (vk bench --sweep harness/bench/sweeps/quick.yaml), a repeat-agreement check, and reports.
 # Results are packed into $OUT after every step, so a run cut short keeps what it finished.
 # Usage (repository root, GPU host): bash scripts/gpu_final.sh
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 mkdir -p results/sanitizer results/bench results/check results/ncu
 pack() { tar czf "$OUT/results.tgz" results; }
 bench() { python3 -m harness bench --no-progress "$@"; }
@@ -35,7 +35,7 @@ for variant in triton_splitkv cuda_coalesced; do
   grep -E "verify|tensor|dram|warps_active|wavefronts|registers|duration" "results/ncu/$variant-L131072-T64-H8-$sku.txt" | head -n 8
 done
 pack
-timeout 230 python3 -m harness bench --no-progress --sweep harness/sweeps/quick.yaml --rep-ms 50 --out "results/bench/quick-$sku.jsonl" \
+timeout 230 python3 -m harness bench --no-progress --sweep harness/bench/sweeps/quick.yaml --rep-ms 50 --out "results/bench/quick-$sku.jsonl" \
   > "results/bench/quick-$sku.txt" 2>&1; tail -n 3 "results/bench/quick-$sku.txt"; pack
 bench --peers sdpa_gathered --prefix 32768 --tree 64 --heads 8 --repeat 2 --out "results/bench/repeat-$sku.jsonl" \
   > "results/bench/repeat-$sku.txt" 2>&1; tail -n 5 "results/bench/repeat-$sku.txt"

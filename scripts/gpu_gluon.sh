@@ -6,7 +6,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 timeout 330 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_variants.py -k gluon_wgmma -x --tb=short 2>&1 \
   | tail -n 25 | tee "$OUT/pytest-gluon-$sku.txt"
 timeout 150 python3 -m harness bench --variants gluon_wgmma triton_splitkv cuda_coalesced --peers \

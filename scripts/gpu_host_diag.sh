@@ -6,7 +6,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 for mode in default quiet; do
   timeout "${1:-150}" python3 scripts/decode_host_diag.py "$mode" --preset k2-tp8 --context 185000,4096 --budget 64 \
     --compile-layers --batch-invariant-greedy --variants auto --new-tokens 48 --drafter oracle --check-lossless \

@@ -14,7 +14,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 quiet() { grep -v "warnings.warn\|UserWarning\|select_variant(variant" | tail -n "$1"; }
 decode_185k=(decode --preset k2-tp8 --context 185000 --budget 64 --compile-layers --batch-invariant-greedy
              --variants auto --new-tokens 48 --drafter oracle --check-lossless --no-progress)

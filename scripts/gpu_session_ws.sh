@@ -7,7 +7,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 { timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_variants.py -k "gluon_wgmma_ws and default" \
     -x --tb=short 2>&1 | tail -n 3
   timeout 60 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py -k gluon_wgmma_ws --tb=short 2>&1 \

@@ -11,7 +11,7 @@ set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 context=${CONTEXT:-185000}
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 python3 -c "import torch, torch._inductor.config as c; print('torch', torch.__version__, 'inductor enable_pdl:', hasattr(c.triton, 'enable_pdl'))"
 timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_splitk_linear.py 2>&1 | tail -n 4 \
   | tee "$OUT/pytest-splitk-gpu-$sku.txt"

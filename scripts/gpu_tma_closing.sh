@@ -10,7 +10,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 timeout 90 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py -k "gluon_wgmma_ws" --tb=short 2>&1 \
   | tail -n 4 | tee "$OUT/pytest-decode-gpu-tma-$sku.txt"
 COMPILE=1 BATCH_INVARIANT=1 MAIN_S=${1:-250} SWEEP_S=0 bash scripts/gpu_decode.sh 48 skip-tests

@@ -29,7 +29,7 @@ timeout -s INT -k 15 "$(left)" python3 -m harness tune --variants triton_splitkv
 # Exhaustive measurement of one key (every feasible config), then TPE replayed against it.
 timeout -s INT -k 15 "$(left)" python3 -m harness tune --variants cuda_coalesced --prefix 32768 --tree 64 --heads 8 --exhaustive \
   --rep-ms 50 --trial-timeout 120 --no-progress >> results/tuned/exhaustive.txt 2>&1; pack
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 python3 -m harness tune-quality --storage sqlite:///results/tuned/optuna.db \
   --study "cuda_coalesced|$sku|L32768|T64|H8|ps64|bfloat16|exhaustive" | tee results/tuned/quality.txt
 python3 -m harness tuned --check; pack

@@ -8,7 +8,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 other=$1
 for shape in "185000 64 16" "131072 64 16" "185000 256 4" "131072 16 64"; do
   set -- $shape

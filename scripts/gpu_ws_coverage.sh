@@ -8,7 +8,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
 VARIANT=gluon_wgmma_ws TREES=16,256 bash scripts/gpu_tune_gluon.sh "${1:-260}"
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 timeout 150 python3 -m harness bench --variants gluon_wgmma_ws gluon_wgmma --prefix 131072,185000 --tree 16,256 \
   --mode graph --rep-ms 100 --no-progress --out "$OUT/ws-coverage-$sku.jsonl" 2>&1 | grep -v "warn" | tail -n 16
 metrics=sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,launch__registers_per_thread,gpu__time_duration.sum,lts__t_sector_hit_rate.pct,sm__throughput.avg.pct_of_peak_sustained_elapsed

@@ -4,7 +4,7 @@ import argparse
 
 import torch
 
-from harness.bench import page_size_for
+from harness.bench.sweep import page_size_for
 from verify_kernels import make_problem, verify_attention
 
 parser = argparse.ArgumentParser()

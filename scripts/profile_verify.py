@@ -23,10 +23,10 @@ from collections import defaultdict
 import torch
 from tabulate import tabulate
 
-from harness.cli import _int_list
-from harness.decode_run import build_model, build_setup, default_gemm_table, floor_ms, make_prompt
-from harness.records import make_record
-from harness.target_runner import TargetRunner
+from harness.arguments import int_list
+from harness.decode.run import build_model, build_setup, default_gemm_table, floor_ms, make_prompt
+from harness.measure.records import make_record
+from harness.decode.target_runner import TargetRunner
 
 CATEGORIES = (  # first match wins
     ("attention", re.compile(r"verify|combine", re.I)),
@@ -96,7 +96,7 @@ def profile_context(model, prompt, *, context: int, budget: int, variant: str, p
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="k2-tp8")
-    parser.add_argument("--context", type=_int_list, default=[4096], help="comma-separated context lengths")
+    parser.add_argument("--context", type=int_list, default=[4096], help="comma-separated context lengths")
     parser.add_argument("--budget", type=int, default=64)
     parser.add_argument("--variant", default="auto")
     parser.add_argument("--page-size", type=int, default=64)

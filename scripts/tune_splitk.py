@@ -1,10 +1,10 @@
-"""Tune the split-K GEMM of the decode model (harness/splitk_linear.py) per weight shape and row
+"""Tune the split-K GEMM of the decode model (harness/decode/splitk_linear.py) per weight shape and row
 block, beside cuBLAS, on the GPU at hand.
 
 For each weight GEMM of the preset's layers (qkv_a, q_b, o_proj, gate_up, down: w [N, K]) and each
 row count M in --rows (one per BLOCK_M: 16, 32, 64): every tile config of the grid below x every
 split count that gives 0.5 to 8 CTAs per SM, each checked against float64 first (a config whose
-error exceeds 4x cuBLAS's fails the run once its shape is done), then timed by CUDA-graph replay (harness/timing.py) with the weights cold:
+error exceeds 4x cuBLAS's fails the run once its shape is done), then timed by CUDA-graph replay (harness/measure/timing.py) with the weights cold:
 the graph cycles through copies of w that together exceed 3x the L2, as the decode streams every
 layer's weights once. (An L2 flush by memset leaves the L2 full of dirty lines whose write-back
 competes with a bandwidth-bound kernel: it understated these GEMMs by 20-30%.) cuBLAS (x @ w.T)
@@ -31,13 +31,13 @@ import torch
 from tabulate import tabulate
 from tqdm import tqdm
 
-from harness.cli import _int_list
-from harness.mla_model import PRESETS, weight_gemms
-from harness.records import append_records, make_record
-from harness.roofline import load_ceilings
-from harness.search_space import source_digest
-from harness.splitk_linear import SplitKConfig, block_rows, splitk_matmul, split_plan
-from harness.timing import time_graph
+from harness.arguments import int_list
+from harness.decode.model import PRESETS, weight_gemms
+from harness.measure.records import append_records, make_record
+from harness.measure.roofline import load_ceilings
+from harness.static.space import source_digest
+from harness.decode.splitk_linear import SplitKConfig, block_rows, splitk_matmul, split_plan
+from harness.measure.timing import time_graph
 
 TILES = [(64, 128, 4), (64, 256, 4), (128, 64, 4), (128, 128, 4), (128, 256, 4), (128, 128, 8), (256, 64, 8),
          (256, 128, 8)]  # (BLOCK_N, BLOCK_K, num_warps)
@@ -123,7 +123,7 @@ def tune_shape(name: str, N: int, K: int, M: int, sms: int, progress, pdl: bool)
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="k2-tp8", choices=sorted(PRESETS))
-    parser.add_argument("--rows", type=_int_list, default=[64, 1, 32], help="row counts M (one per BLOCK_M), in order")
+    parser.add_argument("--rows", type=int_list, default=[64, 1, 32], help="row counts M (one per BLOCK_M), in order")
     parser.add_argument("--shapes", nargs="+", help="a subset of the weight GEMMs (default: all five)")
     parser.add_argument("--table", type=Path, required=True, help="winners JSON (read by SplitKTable)")
     parser.add_argument("--out", type=Path, required=True, help="JSONL records, one per (shape, M)")

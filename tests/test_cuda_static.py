@@ -13,7 +13,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 @pytest.mark.parametrize("arch, smem_limit_kb", [("sm_90", 227), ("sm_120", 99)])
 def test_default_config_compiles_without_spills_within_the_arch_smem(arch, smem_limit_kb):
     """Each arch's default compiles with nvcc, does not spill and fits the arch's shared memory."""
-    from harness.static_check import static_rows
+    from harness.static.report import default_rows as static_rows
 
     (row,) = static_rows("cuda_coalesced", arch)
     assert row["registers"] > 0, row
@@ -25,7 +25,7 @@ def test_default_config_compiles_without_spills_within_the_arch_smem(arch, smem_
 @needs_nvcc
 def test_sm120_default_also_compiles_for_sm90():
     """One source: the sm_120 default is a valid sm_90 config too."""
-    from harness.static_check import static_rows
+    from harness.static.report import default_rows as static_rows
 
     (row,) = static_rows("cuda_coalesced", "sm_90", [cuda_coalesced.DEFAULT_CONFIGS["sm_120"]])
     assert row["feasible"] and row["spill_store_bytes"] == 0, row
@@ -33,18 +33,20 @@ def test_sm120_default_also_compiles_for_sm90():
 
 @needs_nvcc
 def test_fp16_and_wide_configs_compile():
-    from harness.static_nvcc import compile_resources
+    from dataclasses import replace
+
+    from harness.static.nvcc_compile import compile_resources
 
     config = {**cuda_coalesced.DEFAULT_CONFIG, "WARPS_M": 4, "BLOCK_N": 32}
-    macros = {k: config[k] for k in cuda_coalesced.MACROS} | {"USE_FP16": 1}
-    usage = compile_resources(cuda_coalesced.SOURCE, "sm_90", macros, kernel="verify_mma",
-                              dynamic_smem=cuda_coalesced.smem_bytes(config), threads=256)
+    (spec,) = cuda_coalesced.kernel_specs(config)
+    usage = compile_resources(replace(spec, macros={**spec.macros, "USE_FP16": 1}), "sm_90")
+    assert spec.threads == 256
     assert usage.spill_store_bytes == 0 and usage.registers <= 255
 
 
 @needs_nvcc
 def test_sm120_rejects_configs_over_99kb():
-    from harness.static_check import static_rows
+    from harness.static.report import default_rows as static_rows
 
     (row,) = static_rows("cuda_coalesced", "sm_120", [{"WARPS_M": 4, "BLOCK_N": 32}])
     assert not row["feasible"] and "99 KB" in row["reason"]

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from harness.ddtree import build_tree, walk
+from harness.decode.tree import build_tree, walk
 from verify_kernels import trees
 
 
@@ -87,7 +87,7 @@ def test_greedy_path_on_the_device_equals_the_walk(seed):
     """greedy_path (the walk the decode loop runs in the commit's CUDA graph) against walk(), on
     random trees with repeated sibling tokens, padded past ``count`` with leaves under the root
     whose token may equal the root's pick (padding must never be accepted)."""
-    from harness.ddtree import DraftTree, greedy_path
+    from harness.decode.tree import DraftTree, greedy_path
 
     generator = torch.Generator().manual_seed(1000 + seed)
     count = int(torch.randint(1, 24, (1,), generator=generator))
@@ -107,10 +107,10 @@ def test_greedy_path_on_the_device_equals_the_walk(seed):
 
 @pytest.mark.gpu
 def test_gpu_compiled_greedy_path_equals_the_walk():
-    """The decode loop's walk on the GPU goes through torch.compile (accepted_commit.py): on random
+    """The decode loop's walk on the GPU goes through torch.compile (commit_graph.py): on random
     padded trees it must give walk()'s path and bonus, and the eager function's exact result."""
-    from harness.accepted_commit import _compiled_greedy_path
-    from harness.ddtree import DraftTree, greedy_path
+    from harness.decode.commit_graph import _compiled_greedy_path
+    from harness.decode.tree import DraftTree, greedy_path
 
     bucket = 64
     compiled = None

@@ -9,12 +9,12 @@ import sys
 import pytest
 import torch
 
-from harness.decode_loop import compare_tokens, ddtree_decode, greedy_decode
-from harness.decode_run import build_model, build_setup, decode_once, greedy_reference, make_prompt
-from harness.drafters import NgramDrafter, OracleDrafter
-from harness.kv_pool import PageAllocator, PagedKVCache
-from harness.mla_model import PRESETS, MLAModel, load_weights, random_weights, to_deepseek_tensors
-from harness.target_runner import TargetRunner
+from harness.decode.loop import compare_tokens, ddtree_decode, greedy_decode
+from harness.decode.run import build_model, build_setup, decode_once, greedy_reference, make_prompt
+from harness.decode.drafters import NgramDrafter, OracleDrafter
+from harness.decode.kv_pool import PageAllocator, PagedKVCache
+from harness.decode.model import PRESETS, MLAModel, load_weights, random_weights, to_deepseek_tensors
+from harness.decode.target_runner import TargetRunner
 
 from conftest import HAS_CUDA
 
@@ -59,7 +59,7 @@ def test_padded_greedy_equals_plain_greedy_in_float32(tiny_model):
 def test_accepted_commit_moves_the_path_in_every_layer(tiny_model):
     """AcceptedCommit (the decode loop's commit phase) writes the path's rows at prefix_len + i in
     every layer, returns the path's hidden states, and leaves the rows before the prefix alone."""
-    from harness.accepted_commit import AcceptedCommit
+    from harness.decode.commit_graph import AcceptedCommit
 
     cache = PagedKVCache.for_tokens(3, 200, 16, 8, dtype=torch.float32, device="cpu")
     cache.reserve(70)
@@ -82,8 +82,8 @@ def test_accepted_commit_moves_the_path_in_every_layer(tiny_model):
 def test_greedy_walk_and_commit_on_the_device_path(tiny_model):
     """start_greedy / finish_greedy (the greedy decode's walk and commit, no path upload): the path
     and bonus of walk(), the path's rows moved in every layer, padding never accepted."""
-    from harness.accepted_commit import AcceptedCommit
-    from harness.ddtree import DraftTree, walk
+    from harness.decode.commit_graph import AcceptedCommit
+    from harness.decode.tree import DraftTree, walk
     from verify_kernels import trees
 
     cache = PagedKVCache.for_tokens(3, 200, 16, 8, dtype=torch.float32, device="cpu")
@@ -118,7 +118,7 @@ def test_greedy_walk_and_commit_on_the_device_path(tiny_model):
 def test_gpu_commit_warm_captures_the_graph_once_and_leaves_the_rows():
     """The decode loop warms the commit before timing: warm() captures its graph (the root copied
     onto itself, so no row moves), and the first real commit replays that graph."""
-    from harness.accepted_commit import AcceptedCommit
+    from harness.decode.commit_graph import AcceptedCommit
 
     cache = PagedKVCache.for_tokens(3, 200, 16, 8, dtype=torch.bfloat16, device="cuda")
     cache.reserve(70)
@@ -283,7 +283,7 @@ def test_gpu_graph_replay_matches_eager_decode(variant):
         pytest.importorskip("cupy")
     if variant.startswith("gluon_wgmma") and torch.cuda.get_device_capability()[0] != 9:
         pytest.skip(f"{variant} needs a Hopper GPU")
-    from harness.decode_run import page_size_for
+    from harness.decode.run import page_size_for
 
     model = build_model("tiny", seed=3, dtype=torch.bfloat16, device="cuda")
     prompt = make_prompt(model.config, None, 9, 3)
@@ -306,7 +306,7 @@ def test_cpu_refuses_kernel_variants():
 
 
 def test_compare_tokens_reports_the_margin_where_decodes_part():
-    from harness.decode_loop import DecodeRun
+    from harness.decode.loop import DecodeRun
 
     greedy = DecodeRun(tokens=[5, 6, 7, 8], margins=[2.0, 0.01, 0.5, 3.0], top_logits=[9.0, 8.0, 7.0, 6.0])
     assert compare_tokens([5, 6, 7, 8, 9], greedy) == {"compared": 4, "identical": True, "first_divergence": None,
@@ -317,8 +317,8 @@ def test_compare_tokens_reports_the_margin_where_decodes_part():
 
 
 def test_decode_report_table_speedups_and_plots(tmp_path):
-    from harness.decode_report import speedups_over_baseline, write_decode_report
-    from harness.records import append_records
+    from harness.decode.report import speedups_over_baseline, write_decode_report
+    from harness.measure.records import append_records
 
     out = tmp_path / "decode.jsonl"
     completed = _vk_decode_tiny_cpu(out, "--context", "20,40", "--budget", "8,24", "--new-tokens", "12",
@@ -335,7 +335,7 @@ def test_decode_report_table_speedups_and_plots(tmp_path):
 
 
 def test_vk_decode_times_each_run_both_ways_and_the_report_keeps_the_overlapped_one(tmp_path):
-    from harness.decode_report import primary_runs, write_decode_report
+    from harness.decode.report import primary_runs, write_decode_report
 
     out = tmp_path / "decode.jsonl"
     completed = _vk_decode_tiny_cpu(out, "--context", "20", "--budget", "8,24", "--new-tokens", "12", "--page-size",
@@ -355,7 +355,7 @@ def test_vk_decode_times_each_run_both_ways_and_the_report_keeps_the_overlapped_
 
 
 def test_vk_decode_repeats_each_run_and_the_report_gives_their_spread(tmp_path):
-    from harness.decode_report import repeated_steps, write_decode_report
+    from harness.decode.report import repeated_steps, write_decode_report
 
     out = tmp_path / "decode.jsonl"
     completed = _vk_decode_tiny_cpu(out, "--context", "20", "--budget", "8", "--new-tokens", "10", "--page-size", "16",
@@ -373,15 +373,15 @@ def test_vk_decode_repeats_each_run_and_the_report_gives_their_spread(tmp_path):
 
 
 def test_vk_decode_fails_when_cpu_float32_tokens_differ(monkeypatch):
-    import harness.decode_run
+    import harness.decode.run
     from harness.cli import build_parser
 
     diverged = {"device": "cpu", "dtype": "float32", "context": 0, "variant": "reference", "budget": 8,
                 "status": "error", "reason": "-", "lossless": {"identical": False}}
-    monkeypatch.setattr(harness.decode_run, "run_matrix", lambda args, command: [{**diverged, "status": "ok"}])
+    monkeypatch.setattr(harness.decode.run, "run_matrix", lambda args, command: [{**diverged, "status": "ok"}])
     args = build_parser().parse_args(["decode", "--check-lossless", "--json"])
     assert args.func(args) == 1
-    monkeypatch.setattr(harness.decode_run, "run_matrix",
+    monkeypatch.setattr(harness.decode.run, "run_matrix",
                         lambda args, command: [{**diverged, "status": "ok", "dtype": "bfloat16", "device": "cuda"}])
     assert args.func(args) == 0  # bf16 on the GPU: reported, not failed
 
@@ -408,7 +408,7 @@ def test_drafter_gets_the_accepted_paths_hidden_states(tiny_model):
 
 def test_rope_real_form_matches_the_complex_product():
     """apply_rope (real arithmetic, fusable) equals rotating the pairs (2i, 2i+1) as complex numbers."""
-    from harness.mla_model import apply_rope, rope_tables
+    from harness.decode.model import apply_rope, rope_tables
 
     generator = torch.Generator().manual_seed(5)
     x = torch.randn(7, 3, 64, generator=generator)
@@ -426,7 +426,7 @@ def test_rope_real_form_matches_the_complex_product():
 def test_compiled_layer_halves_match_eager(tiny_model):
     """torch.compile of the two halves of a layer (what --compile-layers runs) gives eager's
     numbers in float32, for two token counts (the second compiles with a dynamic T)."""
-    from harness.mla_model import attention_inputs, layer_output, rope_tables
+    from harness.decode.model import attention_inputs, layer_output, rope_tables
 
     config, layer = tiny_model.config, tiny_model.weights["layers"][1]
     compiled_inputs = torch.compile(attention_inputs, fullgraph=True)
@@ -462,8 +462,8 @@ def test_best_budget_judges_each_run_against_the_greedy_run_its_drafter_followed
     """With --batch-invariant-greedy the oracle drafter follows the padded greedy run: a run that
     parts from T = 1 greedy at a near-tie but matches the padded run stays in the best-budget
     choice; a run that parts from the run its drafter followed is left out."""
-    from harness.decode_report import _best_budget
-    from harness.decode_run import PADDED_GREEDY
+    from harness.decode.report import _best_budget
+    from harness.decode.run import PADDED_GREEDY
 
     same, parted = {"identical": True}, {"identical": False, "first_divergence": 2}
     records = [

@@ -1,4 +1,4 @@
-"""The device tree builder (harness/device_tree.py) against the host heap builder, and the oracle
+"""The device tree builder (harness/decode/tree_device.py) against the host heap builder, and the oracle
 drafter's device draft: same trees without ties, the same scores with them, the contract's mask."""
 
 import math
@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from harness.ddtree import build_tree
-from harness.device_tree import ancestor_mask, build_tree_tensors
-from harness.device_tree_kernel import TreeKernel
-from harness.drafters import OracleDrafter
+from harness.decode.tree import build_tree
+from harness.decode.tree_device import ancestor_mask, build_tree_tensors
+from harness.decode.tree_kernel import TreeKernel
+from harness.decode.drafters import OracleDrafter
 from verify_kernels import trees
 
 from conftest import DEVICE, HAS_CUDA

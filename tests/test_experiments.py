@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.search_space import kernel_source_hash
+from harness.static.space import kernel_source_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 WS_PATCHED_AT = "189877040873e776"  # gluon_wgmma_ws's source hash when experiments/ws/*.diff were made

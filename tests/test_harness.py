@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-from harness import records, roofline, timing
+from harness.measure import records
+from harness.measure import roofline
+from harness.measure import timing
 
 from conftest import DEVICE
 
@@ -144,7 +146,7 @@ def test_vk_check_cli(tmp_path):
 
 
 def test_sdpa_peer_matches_oracle():
-    from harness.peers import PEERS
+    from harness.bench.peers import PEERS
     from verify_kernels import make_problem, reference_attention
 
     problem = make_problem([70, 5], 9, 2, page_size=16, seed=1, device=DEVICE)
@@ -154,7 +156,7 @@ def test_sdpa_peer_matches_oracle():
 
 
 def test_flashinfer_peer_says_why_it_is_unavailable():
-    from harness.peers import PEERS, PeerUnavailable
+    from harness.bench.peers import PEERS, PeerUnavailable
     from verify_kernels import make_problem
 
     with pytest.raises(PeerUnavailable, match="flashinfer"):
@@ -171,7 +173,7 @@ def _bench_record(variant, length, median, pct, status="ok", reason=""):
 
 def test_report_renders_table_reasons_and_plots(tmp_path):
     pytest.importorskip("matplotlib")
-    from harness.report import write_report
+    from harness.bench.report import write_report
 
     path = tmp_path / "bench.jsonl"
     records.append_records(path, [

@@ -1,4 +1,4 @@
-"""The decode model's split-K GEMM (harness/splitk_linear.py) against float64, on NaN-padded views,
+"""The decode model's split-K GEMM (harness/decode/splitk_linear.py) against float64, on NaN-padded views,
 uneven splits and tails; its ticket counters and determinism; the config table; the model wiring."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import DEVICE, HAS_CUDA
-from harness.splitk_linear import (H100_SMEM_PER_BLOCK, MAX_ROWS, SplitKConfig, SplitKTable, block_rows,
+from harness.decode.splitk_linear import (H100_SMEM_PER_BLOCK, MAX_ROWS, SplitKConfig, SplitKTable, block_rows,
                                    default_config, shared_bytes, split_plan, splitk_linear, splitk_matmul)
 
 # the interpreter has no bfloat16 (numpy); fp16 exercises the same code
@@ -52,7 +52,7 @@ def test_splitk_matches_float64_and_is_deterministic(M, N, K, config):
 
 
 def test_out_argument_and_counters_left_at_zero():
-    from harness import splitk_linear as module
+    from harness.decode import splitk_linear as module
 
     x, w = padded_operands(7, 96, 192, seed=3)
     out = torch.full((7, 96), float("nan"), dtype=DTYPE, device=DEVICE)
@@ -116,9 +116,9 @@ def test_default_configs_compile_offline_for_sm90_and_sm120():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = """
 import json
-from harness.splitk_linear import default_config, kernel_spec, shared_bytes
-from harness.static_model import infeasibility
-from harness.static_triton import compile_resources
+from harness.decode.splitk_linear import default_config, kernel_spec, shared_bytes
+from harness.static.occupancy import infeasibility
+from harness.static.triton_compile import compile_resources
 rows = []
 for arch, smem, pdl in (("sm_90", 227 * 1024, True), ("sm_120", 99 * 1024, False)):
     for block_m in (16, 64):
@@ -147,7 +147,7 @@ def test_op_falls_back_to_torch_off_the_gpu_path():
 
 def test_model_with_splitk_gemms_matches_cublas_on_cpu():
     """The wiring: on the CPU the op falls back to x @ w.T, so the forwards are identical."""
-    from harness.mla_model import PRESETS, MLAModel, random_weights
+    from harness.decode.model import PRESETS, MLAModel, random_weights
 
     config = PRESETS["tiny"]
     outputs = []
@@ -178,7 +178,7 @@ def test_k2_shapes_match_cublas_in_graph_replay(M, pdl):
     programmatic dependent launch too, where the GPU has it)."""
     if pdl and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs compute capability 9.0+")
-    from harness.mla_model import PRESETS, weight_gemms
+    from harness.decode.model import PRESETS, weight_gemms
 
     for name, (N, K) in weight_gemms(PRESETS["k2-tp8"]).items():
         x, w = padded_operands(M, N, K, seed=N + M)

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from harness.static_model import ResourceUsage, infeasibility, occupancy
+from harness.static.occupancy import ResourceUsage, infeasibility, occupancy
 
 
 def usage(registers, threads, shared_bytes, spills=0):
@@ -81,7 +81,7 @@ def test_sm120_search_spaces_have_20_feasible_spill_free_configs():
     """The target arch's spaces pass the static model (results/static/ caches the compiles per
     kernel source hash; a changed kernel recompiles here, which takes minutes)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import json; from harness.search_space import static_feasibility as s; "
+    code = ("import json; from harness.static.space import static_feasibility as s; "
             "print(json.dumps({v: [c.static for c in s(v, 'sm_120', progress=False) if c.feasible] "
             "for v in ('triton_splitkv', 'cuda_coalesced')}))")
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
@@ -97,7 +97,7 @@ def test_triton_spec_specialises_like_the_launcher():
     constant: without this the static compile under-counts shared memory (seen on the H200)."""
     from types import SimpleNamespace
 
-    from harness.static_triton import TritonKernelSpec
+    from verify_kernels.kernel_spec import TritonKernelSpec
 
     kernel = SimpleNamespace(arg_names=["Q", "sm_scale", "stride_a", "stride_b", "one", "T", "BLOCK"])
     spec = TritonKernelSpec("k", kernel, {"Q": "*bf16"}, {"BLOCK": 64}, 4, 1,

@@ -11,8 +11,9 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-from harness import tune, tune_quality  # noqa: E402
-from harness.tune_worker import fake_cost_ms  # noqa: E402
+from harness.tune import study as tune  # noqa: E402
+from harness.tune import quality as tune_quality  # noqa: E402
+from harness.tune.worker import fake_cost_ms  # noqa: E402
 
 KEY = tune.TuneKey("triton_splitkv", "fake-cpu", 4096, 16, 8, 64, "bfloat16", 4096)
 
@@ -243,7 +244,7 @@ def test_workers_on_postgresql(tmp_path, fake_env):
 
 
 def test_one_worker_process_serves_many_trials(fake_env, monkeypatch):
-    from harness.trial_process import TrialProcess
+    from harness.tune.trial_process import TrialProcess
 
     job = {"variant": "triton_splitkv", "prefix_len": 4096, "tree_nodes": 16, "heads": 8, "page_size": 64,
            "dtype": "bfloat16", "rep_ms": 1}

@@ -6,7 +6,7 @@ CPU: the small case matrix under TRITON_INTERPRET=1. GPU (marker ``gpu``): the l
 import pytest
 import torch
 
-from harness.cases import Case, check_matrix, check_page_sizes, cpu_cases, gpu_cases, run_case
+from harness.bench.cases import Case, check_matrix, check_page_sizes, cpu_cases, gpu_cases, run_case
 from verify_kernels import VARIANTS, variants
 
 CPU_CASES = cpu_cases()
@@ -17,7 +17,7 @@ def _params(cases):
     """Every variant x (page size, config) x case; variants with no CPU path carry the gpu marker."""
     params = []
     for name in VARIANTS:
-        marks = [] if getattr(variants.load_variant(name), "CPU_INTERPRETABLE", False) else [pytest.mark.gpu]
+        marks = [] if variants.optional(variants.load_variant(name), "CPU_INTERPRETABLE") else [pytest.mark.gpu]
         for page, config in check_matrix(name):
             label = "-".join(f"{k}{v}" for k, v in config.items()) or "default"
             params += [pytest.param(name, case, page, config, id=f"{name}-{case.name}-ps{page}-{label}", marks=marks)

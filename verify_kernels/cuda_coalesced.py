@@ -41,7 +41,6 @@ DEFAULT_CONFIGS = {
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
 MACROS = ("WARPS_M", "WARPS_N", "BLOCK_N", "STAGES", "MIN_BLOCKS")
 COMBINE_THREADS = 128
-ALLOW_SPILLS = False
 
 
 def smem_bytes(config: dict) -> int:
@@ -171,11 +170,9 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
             ), stream=stream)
 
 
-def static_resources(config: dict, arch: str):
-    """Compile offline with nvcc for ``arch``: [(kernel name, ResourceUsage)] (no GPU needed)."""
-    from harness.static_nvcc import compile_resources
+def kernel_specs(config: dict):
+    """What `vk static` compiles for ``config`` with nvcc (the combine is tiny)."""
+    from .kernel_spec import CudaKernelSpec
 
-    macros = {k: config[k] for k in MACROS}
-    usage = compile_resources(SOURCE, arch, macros, kernel="verify_mma", dynamic_smem=smem_bytes(config),
-                              threads=32 * config["WARPS_M"] * config["WARPS_N"])
-    return [("verify_mma", usage)]
+    return [CudaKernelSpec("verify_mma", SOURCE, {k: config[k] for k in MACROS}, dynamic_smem=smem_bytes(config),
+                           threads=32 * config["WARPS_M"] * config["WARPS_N"])]

@@ -27,43 +27,26 @@ the CPU suite compiles it for sm_90 and the GPU suite checks it against the orac
 
 from __future__ import annotations
 
-import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
-from .contract import ProblemShape
-from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
+from . import gluon_common
+from .gluon_common import BLOCK_M, LN2, LOG2E, copy_rows, pool_rows
 
-CPU_INTERPRETABLE = False
-PAGE_SIZES = (16, 32, 64)
-CHECK_PAGE_SIZES = (16, 64)
-CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8})
-BLOCK_M = 64
+# The variant interface, shared with the other Gluon variant.
+CPU_INTERPRETABLE = gluon_common.CPU_INTERPRETABLE
+PAGE_SIZES = gluon_common.PAGE_SIZES
+CHECK_PAGE_SIZES = gluon_common.CHECK_PAGE_SIZES
+CHECK_CONFIGS = gluon_common.CHECK_CONFIGS
+DEFAULT_CONFIG = gluon_common.DEFAULT_CONFIG
+BLOCK_N_CHOICES = gluon_common.BLOCK_N_CHOICES
+unsupported_reason = gluon_common.unsupported_reason
+complete_config = gluon_common.complete_config
+
 NUM_WARPS = 8
-DEFAULT_CONFIG = {"BLOCK_N": 64, "kv_splits": 0}
-BLOCK_N_CHOICES = (32, 64)
-LOG2E = 1.4426950408889634
-LN2 = gl.constexpr(0.6931471805599453)
-
-
-@gluon.jit
-def _copy_rows(smem, base, rows, row_stride, COLS: gl.constexpr, layout: gl.constexpr):
-    """cp.async of ``COLS`` columns starting at ``base`` of each row in ``rows`` into ``smem``."""
-    cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
-    offsets = gl.expand_dims(rows * row_stride, 1) + gl.expand_dims(cols, 0)
-    async_copy.async_copy_global_to_shared(smem, base + offsets)
-
-
-@gluon.jit
-def _pool_rows(KV, table, tile_start, seq_len, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-               layout: gl.constexpr):
-    """Pool rows of positions [tile_start, +BLOCK_N) of one request, clamped to its last row."""
-    positions = gl.minimum(tile_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout)), seq_len - 1)
-    page = gl.load(table + positions // PAGE_SIZE)
-    return page.to(gl.int64) * PAGE_SIZE + positions % PAGE_SIZE
 
 
 @gluon.jit
@@ -71,10 +54,10 @@ def _issue_kv_tile(lat_smem, rope_smem, KV, table, tile_start, seq_len, PAGE_SIZ
                    BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
                    lat_layout: gl.constexpr, rope_layout: gl.constexpr):
     """cp.async one KV tile (latent and rope columns) into a stage."""
-    lat_rows = _pool_rows(KV, table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, lat_layout)
-    _copy_rows(lat_smem, KV, lat_rows, DV + DR, DV, lat_layout)
-    rope_rows = _pool_rows(KV, table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, rope_layout)
-    _copy_rows(rope_smem, KV + DV, rope_rows, DV + DR, DR, rope_layout)
+    lat_rows = pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, lat_layout)
+    copy_rows(lat_smem, KV, lat_rows, DV + DR, DV, lat_layout)
+    rope_rows = pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, rope_layout)
+    copy_rows(rope_smem, KV + DV, rope_rows, DV + DR, DR, rope_layout)
 
 
 @gluon.jit
@@ -123,9 +106,9 @@ def _wgmma_verify_kernel(
     # Q rows of this block (clamped to the last row) and the first tile: one cp.async group.
     last_row = num_rows - 1
     r_lat = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, lat_layout)), last_row)
-    _copy_rows(q_lat, Q + request * stride_qb, (r_lat // H) * stride_qt + (r_lat % H) * stride_qh, 1, DV, lat_layout)
+    copy_rows(q_lat, Q + request * stride_qb, (r_lat // H) * stride_qt + (r_lat % H) * stride_qh, 1, DV, lat_layout)
     r_rope = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rope_layout)), last_row)
-    _copy_rows(q_rope, Q + request * stride_qb + DV, (r_rope // H) * stride_qt + (r_rope % H) * stride_qh, 1, DR,
+    copy_rows(q_rope, Q + request * stride_qb + DV, (r_rope // H) * stride_qt + (r_rope % H) * stride_qh, 1, DR,
                rope_layout)
     _issue_kv_tile(kv_lat.index(0), kv_rope.index(0), KV, table, start, seq_len, PAGE_SIZE, BLOCK_N, DV, DR,
                    lat_layout, rope_layout)
@@ -199,36 +182,9 @@ def _wgmma_verify_kernel(
         gl.store(PartialLse + partial_row, lse, mask=rows_o < num_rows)
 
 
-def unsupported_reason(shape: ProblemShape) -> str | None:
-    if shape.device.type != "cuda":
-        return f"needs a CUDA Hopper GPU (wgmma, sm_90), got {shape.device}"
-    major, minor = torch.cuda.get_device_capability(shape.device)
-    if major != 9:
-        return f"needs a Hopper GPU (wgmma, sm_90), got sm_{major}{minor}"
-    if (shape.head_dim, shape.v_dim) != (576, 512):
-        return f"needs the MLA head (Dqk 576, v_dim 512), got Dqk {shape.head_dim}, v_dim {shape.v_dim}"
-    if shape.page_size not in PAGE_SIZES:
-        return f"page_size must be one of {PAGE_SIZES}, got {shape.page_size}"
-    return None
-
-
-def complete_config(config: dict, shape: ProblemShape) -> dict:
-    """Check BLOCK_N and fill ``kv_splits`` = 0 (auto) from shapes alone."""
-    if config["BLOCK_N"] not in BLOCK_N_CHOICES:
-        raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
-    if not config["kv_splits"]:
-        # One CTA per SM (224 KB of shared memory at BLOCK_N 64): as many splits as fill one wave.
-        splits = choose_kv_splits(shape, BLOCK_M, config["BLOCK_N"], sm_count(shape.device), ctas_per_sm=1,
-                                  one_wave=True)
-        config = {**config, "kv_splits": splits}
-    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
-        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
-    return config
-
-
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
     """Launch the wgmma kernel (and the shared combine when kv_splits > 1); ``out`` written in place."""
-    from .split_combine import launch_combine
+    from .split_combine import launch_combine, partial_buffers
 
     batch, tree_nodes, heads, head_dim = q.shape
     rows = tree_nodes * heads
@@ -236,11 +192,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     page_size = kv_cache.shape[1]
     capacity = block_table.shape[1] * page_size
     split_len = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
-    if kv_splits > 1:
-        partial_out = torch.empty(batch * kv_splits * rows, v_dim, dtype=torch.float32, device=q.device)
-        partial_lse = torch.empty(batch * kv_splits * rows, dtype=torch.float32, device=q.device)
-    else:
-        partial_out = partial_lse = out  # unused
+    partial_out, partial_lse = partial_buffers(out, kv_splits)
     grid = (triton.cdiv(rows, BLOCK_M), kv_splits, batch)
     _wgmma_verify_kernel[grid](
         q, kv_cache, block_table, prefix_lens, tree_mask, partial_out, partial_lse, out,
@@ -261,7 +213,7 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
                  table_pages: int = 2048):
     """What `vk static` compiles for ``config`` (sm_90 only; other arches fail to compile wgmma),
     specialised like a representative launch (B=1, T=64, H=8, a 128k-token table)."""
-    from harness.static_triton import TritonKernelSpec
+    from .kernel_spec import TritonKernelSpec
 
     pointer = f"*{dtype}"
     kv_splits = max(2, config.get("kv_splits") or 2)
@@ -281,11 +233,7 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
     )]
 
 
-def static_resources(config: dict, arch: str):
-    """(kernel name, ResourceUsage) for `vk static`: sm_90 compiles; other arches have no wgmma (LLVM
-    aborts the process rather than raising, so they are refused before compiling)."""
-    if arch != "sm_90":
-        raise ValueError(f"gluon_wgmma needs wgmma (sm_90), which {arch} does not have")
-    from harness.static_triton import compile_resources
-
-    return [(spec.name, compile_resources(spec, arch)) for spec in kernel_specs(config)]
+def offline_arch_problem(arch: str) -> str | None:
+    """Why ``kernel_specs`` cannot compile for ``arch`` (None: it can). Other arches than sm_90 have no
+    wgmma, and LLVM aborts the process rather than raising, so they are refused before compiling."""
+    return None if arch == "sm_90" else f"gluon_wgmma needs wgmma (sm_90), which {arch} does not have"

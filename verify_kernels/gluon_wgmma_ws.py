@@ -41,36 +41,21 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .contract import ProblemShape
-from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
+from . import gluon_common
+from .gluon_common import BLOCK_M, LN2, LOG2E, copy_rows, pool_rows
 
-CPU_INTERPRETABLE = False
-PAGE_SIZES = (16, 32, 64)
-CHECK_PAGE_SIZES = (16, 64)
-CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8})
-BLOCK_M = 64
+# The variant interface, shared with the other Gluon variant.
+CPU_INTERPRETABLE = gluon_common.CPU_INTERPRETABLE
+PAGE_SIZES = gluon_common.PAGE_SIZES
+CHECK_PAGE_SIZES = gluon_common.CHECK_PAGE_SIZES
+CHECK_CONFIGS = gluon_common.CHECK_CONFIGS
+DEFAULT_CONFIG = gluon_common.DEFAULT_CONFIG
+BLOCK_N_CHOICES = gluon_common.BLOCK_N_CHOICES
+unsupported_reason = gluon_common.unsupported_reason
+complete_config = gluon_common.complete_config
+
 PARTITION_WARPS = 4  # each partition is one warpgroup; the CTA has 8 warps
 WORKER_REGISTERS = 232
-DEFAULT_CONFIG = {"BLOCK_N": 64, "kv_splits": 0}
-BLOCK_N_CHOICES = (32, 64)
-LOG2E = 1.4426950408889634
-LN2 = gl.constexpr(0.6931471805599453)
-
-
-@gluon.jit
-def _copy_rows(smem, base, rows, row_stride, COLS: gl.constexpr, layout: gl.constexpr):
-    """cp.async of ``COLS`` columns starting at ``base`` of each row in ``rows`` into ``smem``."""
-    cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
-    offsets = gl.expand_dims(rows * row_stride, 1) + gl.expand_dims(cols, 0)
-    async_copy.async_copy_global_to_shared(smem, base + offsets)
-
-
-@gluon.jit
-def _pool_rows(table, tile_start, seq_len, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, layout: gl.constexpr):
-    """Pool rows of positions [tile_start, +BLOCK_N) of one request, clamped to its last row."""
-    positions = gl.minimum(tile_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout)), seq_len - 1)
-    page = gl.load(table + positions // PAGE_SIZE)
-    return page.to(gl.int64) * PAGE_SIZE + positions % PAGE_SIZE
 
 
 @gluon.jit
@@ -91,10 +76,10 @@ def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table,
     else:
         lat_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
         rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        lat_rows = _pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, lat_layout)
-        _copy_rows(kv_lat.index(stage), KV, lat_rows, DV + DR, DV, lat_layout)
-        rope_rows = _pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, rope_layout)
-        _copy_rows(kv_rope.index(stage), KV + DV, rope_rows, DV + DR, DR, rope_layout)
+        lat_rows = pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, lat_layout)
+        copy_rows(kv_lat.index(stage), KV, lat_rows, DV + DR, DV, lat_layout)
+        rope_rows = pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, rope_layout)
+        copy_rows(kv_rope.index(stage), KV + DV, rope_rows, DV + DR, DR, rope_layout)
         # Each thread's arrival is pending until its copies land; one plain arrival completes the count.
         async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=True)
         gl.thread_barrier()
@@ -291,9 +276,9 @@ def _ws_verify_kernel(
     # Q rows of this block (clamped to the last row), before the warpgroups part.
     last_row = num_rows - 1
     r_lat = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, lat_layout)), last_row)
-    _copy_rows(q_lat, Q + request * stride_qb, (r_lat // H) * stride_qt + (r_lat % H) * stride_qh, 1, DV, lat_layout)
+    copy_rows(q_lat, Q + request * stride_qb, (r_lat // H) * stride_qt + (r_lat % H) * stride_qh, 1, DV, lat_layout)
     r_rope = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rope_layout)), last_row)
-    _copy_rows(q_rope, Q + request * stride_qb + DV, (r_rope // H) * stride_qt + (r_rope % H) * stride_qh, 1, DR,
+    copy_rows(q_rope, Q + request * stride_qb + DV, (r_rope // H) * stride_qt + (r_rope % H) * stride_qh, 1, DR,
                rope_layout)
     async_copy.commit_group()
     async_copy.wait_group(0)
@@ -311,33 +296,6 @@ def _ws_verify_kernel(
                              row_block, split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE, BLOCK_N, DV,
                              DR, KV_SPLITS)),
     ], [4], [WORKER_REGS])
-
-
-def unsupported_reason(shape: ProblemShape) -> str | None:
-    if shape.device.type != "cuda":
-        return f"needs a CUDA Hopper GPU (wgmma, sm_90), got {shape.device}"
-    major, minor = torch.cuda.get_device_capability(shape.device)
-    if major != 9:
-        return f"needs a Hopper GPU (wgmma, sm_90), got sm_{major}{minor}"
-    if (shape.head_dim, shape.v_dim) != (576, 512):
-        return f"needs the MLA head (Dqk 576, v_dim 512), got Dqk {shape.head_dim}, v_dim {shape.v_dim}"
-    if shape.page_size not in PAGE_SIZES:
-        return f"page_size must be one of {PAGE_SIZES}, got {shape.page_size}"
-    return None
-
-
-def complete_config(config: dict, shape: ProblemShape) -> dict:
-    """Check BLOCK_N and fill ``kv_splits`` = 0 (auto) from shapes alone."""
-    if config["BLOCK_N"] not in BLOCK_N_CHOICES:
-        raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
-    if not config["kv_splits"]:
-        # One CTA per SM (224 KB of shared memory at BLOCK_N 64): as many splits as fill one wave.
-        splits = choose_kv_splits(shape, BLOCK_M, config["BLOCK_N"], sm_count(shape.device), ctas_per_sm=1,
-                                  one_wave=True)
-        config = {**config, "kv_splits": splits}
-    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
-        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
-    return config
 
 
 @functools.lru_cache(maxsize=None)
@@ -393,7 +351,7 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
                  table_pages: int = 2048):
     """What `vk static` compiles for ``config`` (sm_90 only), specialised like a representative
     launch (B=1, T=64, H=8, a 128k-token table)."""
-    from harness.static_triton import TritonKernelSpec
+    from .kernel_spec import TritonKernelSpec
 
     pointer = f"*{dtype}"
     kv_splits = max(2, config.get("kv_splits") or 2)
@@ -412,18 +370,11 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
         {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "KV_SPLITS": kv_splits,
          "WORKER_REGS": WORKER_REGISTERS},
         PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,
+        threads=2 * PARTITION_WARPS * 32,  # the launch's num_warps is the default partition's; the worker adds 4
     )]
 
 
-def static_resources(config: dict, arch: str):
-    """(kernel name, ResourceUsage) for `vk static`: sm_90 compiles; other arches have no wgmma (LLVM
-    aborts the process rather than raising, so they are refused before compiling)."""
-    if arch != "sm_90":
-        raise ValueError(f"gluon_wgmma_ws needs wgmma (sm_90), which {arch} does not have")
-    from dataclasses import replace
-
-    from harness.static_triton import compile_resources
-
-    # The launch's num_warps is the default partition's; the worker warpgroup adds 4 more warps.
-    return [(spec.name, replace(compile_resources(spec, arch), threads=2 * PARTITION_WARPS * 32))
-            for spec in kernel_specs(config)]
+def offline_arch_problem(arch: str) -> str | None:
+    """Why ``kernel_specs`` cannot compile for ``arch`` (None: it can). Other arches than sm_90 have no
+    wgmma, and LLVM aborts the process rather than raising, so they are refused before compiling."""
+    return None if arch == "sm_90" else f"gluon_wgmma_ws needs wgmma (sm_90), which {arch} does not have"

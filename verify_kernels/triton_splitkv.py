@@ -30,6 +30,7 @@ import triton.language as tl
 
 from . import triton_common
 from .contract import ProblemShape
+from .split_combine import launch_combine, partial_buffers
 from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
 from .triton_dot import dot
 
@@ -48,10 +49,6 @@ DEFAULT_CONFIGS = {
     "sm_120": {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "kv_splits": 0},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_90"]
-# `vk static` reports spills without rejecting: Triton keeps Q in registers for wgmma on sm_90 and
-# the fastest measured configs spill a few KB there (see results/static/).
-ALLOW_SPILLS = True
-COMBINE_BLOCK_R = 4
 
 
 @triton.jit
@@ -161,38 +158,6 @@ def _splitkv_verify_kernel(
         tl.store(PartialLse + partial_row, lse, mask=row_valid)
 
 
-@triton.jit
-def _combine_kernel(PartialOut, PartialLse, Out, stride_ob, stride_ot, stride_oh, T, H,
-                    KV_SPLITS: tl.constexpr, SPLITS_POW2: tl.constexpr, BLOCK_R: tl.constexpr,
-                    BLOCK_DV: tl.constexpr):
-    """Merge the splits of BLOCK_R rows: out = sum_s exp(lse_s - max) O_s / sum_s exp(lse_s - max)."""
-    row_block = tl.program_id(0)
-    request = tl.program_id(1)
-    num_rows = T * H
-    rows = row_block * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_valid = rows < num_rows
-    splits = tl.arange(0, SPLITS_POW2)
-    partial_rows = (request * KV_SPLITS + splits[None, :]) * num_rows + rows[:, None]  # [BLOCK_R, S]
-    lse = tl.load(PartialLse + partial_rows, mask=row_valid[:, None] & (splits < KV_SPLITS)[None, :],
-                  other=float("-inf"))
-    lse_max = tl.max(lse, 1)
-    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
-    weights = tl.exp(lse - lse_max[:, None])  # empty splits weigh 0
-    total = tl.sum(weights, 1)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    acc = tl.zeros([BLOCK_R, BLOCK_DV], dtype=tl.float32)
-    for s in tl.static_range(KV_SPLITS):
-        weight = tl.sum(tl.where(splits[None, :] == s, weights, 0.0), 1)
-        row = (request * KV_SPLITS + s) * num_rows + rows
-        partial = tl.load(PartialOut + row.to(tl.int64)[:, None] * BLOCK_DV + offs_dv[None, :],
-                          mask=row_valid[:, None], other=0.0)
-        acc += weight[:, None] * partial
-    acc = acc / total[:, None]
-    node = rows // H
-    head = rows % H
-    out_ptrs = Out + request * stride_ob + node[:, None] * stride_ot + head[:, None] * stride_oh + offs_dv[None, :]
-    tl.store(out_ptrs, acc.to(Out.dtype.element_ty), mask=row_valid[:, None])
-
 
 def _arch_of(device: torch.device) -> str:
     if device.type != "cuda":
@@ -234,11 +199,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     kv_splits = config["kv_splits"]
     capacity = block_table.shape[1] * page_size
     split_len = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
-    if kv_splits > 1:
-        partial_out = torch.empty(batch * kv_splits * shape_rows, v_dim, dtype=torch.float32, device=q.device)
-        partial_lse = torch.empty(batch * kv_splits * shape_rows, dtype=torch.float32, device=q.device)
-    else:
-        partial_out = partial_lse = out  # unused
+    partial_out, partial_lse = partial_buffers(out, kv_splits)
     grid = (triton.cdiv(shape_rows, block_m), kv_splits, batch)
     _splitkv_verify_kernel[grid](
         q, kv_cache, block_table, prefix_lens, tree_mask, partial_out, partial_lse, out,
@@ -254,19 +215,14 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     if kv_splits > 1:
-        combine_grid = (triton.cdiv(shape_rows, COMBINE_BLOCK_R), batch)
-        _combine_kernel[combine_grid](
-            partial_out, partial_lse, out, out.stride(0), out.stride(1), out.stride(2), tree_nodes, heads,
-            KV_SPLITS=kv_splits, SPLITS_POW2=triton.next_power_of_2(kv_splits), BLOCK_R=COMBINE_BLOCK_R,
-            BLOCK_DV=v_dim, num_warps=4,
-        )
+        launch_combine(partial_out, partial_lse, out, kv_splits)
 
 
 def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", head_dim: int = 576, v_dim: int = 512,
                  tree_nodes: int = 64, heads: int = 8, table_pages: int = 2048):
     """What `vk static` compiles for ``config``: the main kernel (the combine is tiny), specialised
     on the integer arguments of a representative launch (B=1, T=64, H=8, a 128k-token table)."""
-    from harness.static_triton import TritonKernelSpec
+    from .kernel_spec import TritonKernelSpec
 
     pointer = f"*{dtype}"
     kv_splits = max(2, config.get("kv_splits") or 2)

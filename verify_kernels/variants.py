@@ -1,19 +1,17 @@
-"""The registered verify-attention variants: one plain dict from name to module path.
+"""The registered verify-attention variants: one plain dict from name to module path, and the
+interface every variant module has (``VariantModule``), written out once.
 
-Every variant module exposes the same four names and is imported only when used, so importing
-``verify_kernels`` needs neither Triton nor CuPy:
-
-- ``DEFAULT_CONFIG``: dict of tunables (optionally ``default_config(shape)`` for per-arch defaults,
-  and ``complete_config(config, shape)`` to check a config and fill shape-derived values);
-- ``unsupported_reason(shape: ProblemShape) -> str | None``: why it cannot run a shape (None: it can);
-- ``run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config)``:
-  writes ``out`` in place, no host sync, no allocation beyond what ``config`` implies.
+Variant modules are imported only when used, so importing ``verify_kernels`` needs neither Triton
+nor CuPy. The harness reads a variant only through the names below: the required ones of
+``VariantModule`` and the optional ones of ``OPTIONAL``, through ``optional(module, name)``.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
 
 # Preference order for variant="auto" before tuned records exist: fastest first.
 VARIANTS: dict[str, str] = {
@@ -25,6 +23,44 @@ VARIANTS: dict[str, str] = {
 }
 
 AUTO_PREFERENCE: tuple[str, ...] = ("gluon_wgmma_ws", "gluon_wgmma", "triton_splitkv", "cuda_coalesced", "triton_ps1")
+
+
+@runtime_checkable
+class VariantModule(Protocol):
+    """What every variant module defines (a module, so these are module-level names)."""
+
+    DEFAULT_CONFIG: dict            # the tunables and their defaults
+    PAGE_SIZES: tuple[int, ...]     # page sizes it runs
+    CHECK_PAGE_SIZES: tuple[int, ...]  # page sizes the oracle check runs it at
+
+    def unsupported_reason(self, shape) -> str | None:
+        """Why it cannot run ``shape`` (a ``ProblemShape``); None: it can."""
+
+    def run(self, q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config) -> None:
+        """Write ``out`` in place: no host sync, no allocation beyond what ``config`` implies."""
+
+    def kernel_specs(self, config: dict) -> list:
+        """``kernel_spec.TritonKernelSpec`` / ``CudaKernelSpec`` per kernel, for the offline compile."""
+
+
+# Optional names and what a variant without one gets.
+OPTIONAL: dict[str, Any] = {
+    "DEFAULT_CONFIGS": {},                            # per-arch defaults ("sm_90", "sm_120") over DEFAULT_CONFIG
+    "CHECK_CONFIGS": (),                              # configs the oracle check runs besides the default
+    "CPU_INTERPRETABLE": False,                       # runs under TRITON_INTERPRET=1 (the CPU suite)
+    "default_config": None,                           # (shape) -> defaults for that shape's GPU
+    "complete_config": lambda config, shape: config,  # (config, shape) -> checked config, shape-derived values filled
+    "config_problems": lambda config: [],             # (config) -> why a config cannot compile, before compiling
+    "offline_arch_problem": lambda arch: None,        # (arch) -> why kernel_specs cannot compile for it
+    "SOURCE": None,                                   # the CUDA source file of a CUDA variant (part of its hash)
+}
+
+
+def optional(module: ModuleType, name: str) -> Any:
+    """The module's ``name`` if it defines one, else the default in ``OPTIONAL``."""
+    if name not in OPTIONAL:
+        raise KeyError(f"{name!r} is not an optional variant name; expected one of {sorted(OPTIONAL)}")
+    return getattr(module, name, OPTIONAL[name])
 
 
 def load_variant(name: str) -> ModuleType:
@@ -39,12 +75,11 @@ def resolve_config(name: str, module: ModuleType, config: dict | None, shape) ->
 
     Unknown keys raise with the known ones. Uses shapes only (no host sync).
     """
-    defaults = getattr(module, "default_config", None)
+    defaults = optional(module, "default_config")
     merged = dict(defaults(shape) if defaults else module.DEFAULT_CONFIG)
     if config:
         unknown = sorted(set(config) - set(merged))
         if unknown:
             raise ValueError(f"config: unknown keys {unknown} for variant {name!r}; expected keys {sorted(merged)}")
         merged.update(config)
-    complete = getattr(module, "complete_config", None)
-    return complete(merged, shape) if complete else merged
+    return optional(module, "complete_config")(merged, shape)

@@ -414,7 +414,7 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
                  table_pages: int = 2048):
     """What `vk static` compiles for ``config`` (sm_90 only), specialised like a representative
     launch (B=1, T=64, H=8, a 128k-token table)."""
-    from harness.static_triton import TritonKernelSpec
+    from harness.static.triton_compile import TritonKernelSpec
 
     pointer = f"*{dtype}"
     kv_splits = max(2, config.get("kv_splits") or 2)
@@ -439,7 +439,7 @@ def static_resources(config: dict, arch: str):
         raise ValueError(f"gluon_seesaw needs wgmma (sm_90), which {arch} does not have")
     from dataclasses import replace
 
-    from harness.static_triton import compile_resources
+    from harness.static.triton_compile import compile_resources
 
     threads = 2 * PARTITION_WARPS * 32
     return [(spec.name, replace(compile_resources(spec, arch), threads=threads)) for spec in kernel_specs(config)]

@@ -6,7 +6,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 patch -s -o experiments/seesaw/seesaw_loader.py experiments/seesaw/gluon_seesaw.py experiments/seesaw/loader.diff \
   || exit 1
 IFS=',' read -ra shapes <<< "${SHAPES:-185000 64 16,131072 64 16}"

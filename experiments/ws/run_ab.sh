@@ -21,7 +21,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-sku=$(python3 -c "from harness.environment import gpu_sku; print(gpu_sku())")
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 files=${FILES:-"nocopy noexp prefetch_table pipe_s chunked"}
 config=${CONFIG:-'{"BLOCK_N": 64, "kv_splits": SPLITS}'}
 time_wrong=${TIME_WRONG---time-wrong}

@@ -1,0 +1,141 @@
+"""``vk check``, ``vk bench``, ``vk report``: the oracle check, the side-by-side timings and their tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from harness.arguments import device_or_default, int_list, json_dict, results_root
+
+import os
+
+BENCH_DEFAULTS = {"prefix": [4096, 32768, 131072], "tree": [16, 64], "heads": [8], "page_size": [64],
+                  "batch": 1, "dtype": "bfloat16", "mode": "events", "rep_ms": 200.0, "repeat": 1}
+
+
+def cmd_check(args) -> int:
+    device = device_or_default(args.device)
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        # Must be set before any Triton kernel module is imported (variants import lazily).
+        os.environ["TRITON_INTERPRET"] = "1"
+    from harness.bench.cases import cpu_cases, gpu_cases
+    from harness.bench.check import all_variants, format_table, run_check
+    from harness.measure.records import append_records, make_record
+
+    if device == "cpu":
+        print("vk check: no CUDA device; running the Triton variants under TRITON_INTERPRET=1 "
+              "on small shapes (the CPU case matrix).", file=sys.stderr)
+    names = args.variants or all_variants()
+    cases = cpu_cases() if (device == "cpu" or args.quick) else gpu_cases()
+    if args.cases:
+        wanted = set(args.cases)
+        cases = [c for c in cases if c.name in wanted]
+        if not cases:
+            raise SystemExit(f"vk check: no case named {sorted(wanted)}")
+    results = run_check(names, cases, device=device, progress=not args.no_progress)
+    if args.out:
+        append_records(args.out, [make_record("check", r.as_record()) for r in results])
+    if args.json:
+        print(json.dumps([r.as_record() for r in results], indent=1))
+    else:
+        print(format_table(results))
+    failed = [r for r in results if r.status == "fail"]
+    passed = sum(r.passed for r in results)
+    skipped = sum(r.status == "skip" for r in results)
+    print(f"\n{passed} passed, {len(failed)} failed, {skipped} skipped ({device})")
+    return 1 if failed or not passed else 0
+
+
+def _bench_settings(args) -> dict:
+    """Flags given on the command line, else the --sweep YAML's values, else BENCH_DEFAULTS."""
+    import yaml
+
+    sweep = {}
+    if args.sweep:
+        sweep = yaml.safe_load(Path(args.sweep).read_text()) or {}
+        unknown = sorted(set(sweep) - set(BENCH_DEFAULTS) - {"variants", "peers", "configs"})
+        if unknown:
+            raise SystemExit(f"vk bench: {args.sweep}: unknown keys {unknown}; expected "
+                             f"{sorted(set(BENCH_DEFAULTS) | {'variants', 'peers', 'configs'})}")
+    settings = {}
+    for key, default in {**BENCH_DEFAULTS, "variants": None, "peers": None, "configs": None}.items():
+        given = getattr(args, "config" if key == "configs" else key)
+        settings[key] = given if given is not None else sweep.get(key, default)
+    return settings
+
+
+def cmd_bench(args) -> int:
+    import torch
+
+    from harness.bench.sweep import format_table, run_sweep, sweep_points
+    from harness.measure.environment import gpu_sku
+    from harness.bench.peers import PEERS
+
+    if not torch.cuda.is_available():
+        raise SystemExit("vk bench: needs a CUDA GPU (timings on the CPU interpreter mean nothing)")
+    from verify_kernels import VARIANTS
+
+    settings = _bench_settings(args)
+    names = list(settings["variants"] or VARIANTS) + list(PEERS if settings["peers"] is None else settings["peers"])
+    unknown = sorted(set(names) - set(VARIANTS) - set(PEERS))
+    if unknown:
+        raise SystemExit(f"vk bench: unknown variants or peers {unknown}; variants {sorted(VARIANTS)}, "
+                         f"peers {sorted(PEERS)}")
+    points = sweep_points(names, settings["prefix"], settings["tree"], settings["heads"], settings["page_size"],
+                          batch=settings["batch"], dtype=settings["dtype"], configs=settings["configs"])
+    out = args.out or results_root() / "bench" / f"{gpu_sku()}.jsonl"
+    results = run_sweep(points, out_path=out, mode=settings["mode"], rep_ms=settings["rep_ms"],
+                        repeats=settings["repeat"], progress=not args.no_progress)
+    print(format_table(results))
+    print(f"\nrecords appended to {out}")
+    bad = [r for r in results if r["status"] in ("wrong", "error")]
+    return 1 if bad else 0
+
+
+def cmd_report(args) -> int:
+    from harness.bench.report import write_report
+
+    out = args.out or results_root() / "report" / args.inputs[0].stem
+    markdown, images = write_report(args.inputs, out, args.title or f"Benchmarks: {args.inputs[0].stem}")
+    print(markdown.read_text())
+    print(f"wrote {markdown} and {', '.join(str(i) for i in images)}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Register this package's subcommands on the ``vk`` parser."""
+    check = sub.add_parser("check", help="every variant against the oracle over the case matrix")
+    check.add_argument("--variants", nargs="+", help="variants to check (default: all registered)")
+    check.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
+    check.add_argument("--quick", action="store_true", help="the small CPU case matrix even on a GPU")
+    check.add_argument("--cases", nargs="+", help="only these case names")
+    check.add_argument("--out", type=Path, help="append JSONL records here")
+    check.add_argument("--json", action="store_true", help="print records as JSON instead of a table")
+    check.add_argument("--no-progress", action="store_true")
+    check.set_defaults(func=cmd_check)
+
+    bench = sub.add_parser("bench", help="time variants and peers side by side over a sweep")
+    bench.add_argument("--sweep", type=Path, help="YAML file with any of the flags below (flags win)")
+    bench.add_argument("--variants", nargs="+", help="default: all registered")
+    bench.add_argument("--peers", nargs="*", help="peers to time beside them (default: all; none: --peers)")
+    bench.add_argument("--prefix", type=int_list, help="prefix lengths L (default 4096,32768,131072)")
+    bench.add_argument("--tree", type=int_list, help="tree sizes T (default 16,64)")
+    bench.add_argument("--heads", type=int_list, help="heads H (default 8)")
+    bench.add_argument("--page-size", type=int_list, help="page sizes (default 64; triton_ps1 always 1)")
+    bench.add_argument("--batch", type=int, help="requests per call (default 1)")
+    bench.add_argument("--dtype", choices=["bfloat16", "float16"])
+    bench.add_argument("--config", type=json_dict, action="append",
+                       help='config overrides as JSON, e.g. \'{"BLOCK_M": 64}\'; repeat to sweep configs')
+    bench.add_argument("--mode", choices=["events", "graph"], help="events (default) or CUDA-graph replay")
+    bench.add_argument("--rep-ms", type=float, help="time budget of timed calls per point (default 200)")
+    bench.add_argument("--repeat", type=int, help="time each point this many times (agreement check)")
+    bench.add_argument("--out", type=Path, help="JSONL file (default results/bench/<gpu>.jsonl)")
+    bench.add_argument("--no-progress", action="store_true")
+    bench.set_defaults(func=cmd_bench)
+
+    report = sub.add_parser("report", help="bench records -> markdown table and PNG plots")
+    report.add_argument("inputs", nargs="+", type=Path, help="bench JSONL files")
+    report.add_argument("--out", type=Path, help="output prefix (default results/report/<first input stem>)")
+    report.add_argument("--title")
+    report.set_defaults(func=cmd_report)

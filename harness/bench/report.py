@@ -1,0 +1,127 @@
+"""``vk report``: bench records -> a markdown table with its conditions, and PNG plots.
+
+Table: one row per shape (L, T, H), one column per implementation, each cell the median in ms
+with the % of the roofline floor (or the reason there is no number). Plots: latency against
+prefix length (log-log) and % of roofline against prefix length, one panel per (T, H).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from tabulate import tabulate
+
+from harness.measure.records import read_records
+
+
+def load_bench_records(paths: list[Path]) -> list[dict]:
+    records = []
+    for path in paths:
+        records += [r for r in read_records(path) if r.get("kind") == "bench"]
+    if not records:
+        raise ValueError(f"no bench records in {[str(p) for p in paths]}")
+    return records
+
+
+def _implementation(record: dict) -> str:
+    config = record.get("config") or {}
+    suffix = "" if not config else "[" + ",".join(f"{k}={v}" for k, v in sorted(config.items())) + "]"
+    return record["variant"] + suffix
+
+
+def _cell(record: dict) -> str:
+    if record.get("status") != "ok":
+        return record.get("status", "?")
+    cell = f"{record['median_ms']:.3f}"
+    if record.get("pct_roofline") is not None:
+        cell += f" ({record['pct_roofline']:.1f}%)"
+    return cell
+
+
+def markdown_table(records: list[dict]) -> str:
+    """Latest record per (shape, implementation); columns in first-seen order."""
+    columns, cells = [], defaultdict(dict)
+    for record in records:
+        name = _implementation(record)
+        if name not in columns:
+            columns.append(name)
+        cells[(record["prefix_len"], record["tree_nodes"], record["heads"], record["batch"])][name] = record
+    rows = []
+    for (length, nodes, heads, batch), by_name in sorted(cells.items()):
+        floor = next((r.get("floor_ms") for r in by_name.values() if r.get("floor_ms")), None)
+        rows.append([f"{length:,}", nodes, heads, batch, f"{floor:.4f}" if floor else "-"]
+                    + [_cell(by_name[name]) if name in by_name else "" for name in columns])
+    return tabulate(rows, headers=["L", "T", "H", "B", "floor ms"] + columns, tablefmt="github")
+
+
+def conditions(records: list[dict]) -> str:
+    env = records[-1]["environment"]
+    modes = sorted({r.get("mode", "events") for r in records})
+    hashes = sorted({r["environment"].get("source_hash") for r in records})
+    return (f"GPU {env.get('gpu')} ({env.get('sm_count')} SMs), driver {env.get('driver')}, CUDA {env.get('cuda')}, "
+            f"torch {env.get('torch')}, triton {env.get('triton')}; source hash {', '.join(hashes)}. "
+            f"Timing: {', '.join(modes)} mode, L2 flushed before every call, warm-up and repetitions sized by "
+            f"time, median (IQR in the records); each output checked against the float64 oracle before timing. "
+            f"Cells: median ms (% of the roofline floor max(bytes / copy BW, FLOPs / bf16 matmul rate)).")
+
+
+def unavailable_reasons(records: list[dict]) -> list[str]:
+    seen, lines = set(), []
+    for record in records:
+        if record.get("status") != "ok":
+            key = (_implementation(record), record.get("reason", "")[:200])
+            if key not in seen:
+                seen.add(key)
+                lines.append(f"- `{key[0]}` ({record['status']}): {key[1]}")
+    return lines
+
+
+def plot(records: list[dict], out_prefix: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["tree_nodes"], r["heads"]) for r in records})
+    written = []
+    for metric, label, log_y in (("median_ms", "latency (ms)", True), ("pct_roofline", "% of roofline floor", False)):
+        figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+        for axis, (nodes, heads) in zip(axes[0], panels):
+            series = defaultdict(list)
+            for record in records:
+                if (record["tree_nodes"], record["heads"]) == (nodes, heads) and record.get(metric) is not None:
+                    series[_implementation(record)].append((record["prefix_len"], record[metric]))
+            for name, points in series.items():
+                points.sort()
+                axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+            axis.set_xscale("log")
+            if log_y:
+                axis.set_yscale("log")
+            axis.set_title(f"T={nodes}, H={heads}")
+            axis.set_xlabel("prefix length L")
+            axis.set_ylabel(label)
+            axis.grid(True, which="both", alpha=0.3)
+        axes[0][0].legend(fontsize=7)
+        figure.tight_layout()
+        path = out_prefix.with_name(out_prefix.name + ("-latency.png" if log_y else "-roofline.png"))
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def write_report(paths: list[Path], out_prefix: Path, title: str) -> tuple[Path, list[Path]]:
+    """Write <prefix>.md and the plots; return their paths."""
+    records = load_bench_records(paths)
+    out_prefix.parent.mkdir(parents=True, exist_ok=True)
+    images = plot(records, out_prefix)
+    lines = [f"# {title}", "", conditions(records), "", markdown_table(records), ""]
+    reasons = unavailable_reasons(records)
+    if reasons:
+        lines += ["Rows without a number:", "", *reasons, ""]
+    lines += [f"![latency]({images[0].name})", "", f"![roofline]({images[1].name})", "",
+              "Reproduce: " + "; ".join(sorted({f"`{r['command']}`" for r in records})), ""]
+    markdown = out_prefix.with_suffix(".md")
+    markdown.write_text("\n".join(lines))
+    return markdown, images

@@ -1,0 +1,187 @@
+"""``vk bench``: variants x prefix length x tree size x heads x page size, timed side by side.
+
+Each point is built once (same seeded logical content for every variant, re-laid out per page
+size), checked against the oracle, then timed with the harness timer; a failing or out-of-memory
+variant becomes a row with its reason. Records are appended as they complete.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass
+
+import torch
+from tabulate import tabulate
+from tqdm import tqdm
+
+from verify_kernels import contract, make_problem, reference_attention, variants, verify_attention
+from verify_kernels.api import UnsupportedProblemError
+
+from harness.bench import peers
+from harness.measure import records
+from harness.measure import roofline
+from harness.measure import timing
+from harness.bench.cases import TOLERANCE
+
+
+@dataclass(frozen=True)
+class BenchPoint:
+    variant: str
+    prefix_len: int
+    tree_nodes: int
+    heads: int
+    page_size: int
+    batch: int = 1
+    dtype: str = "bfloat16"
+    tree: str = "random"
+    config: tuple = ()  # (key, value) overrides of the variant's defaults, hashable
+
+
+def page_size_for(variant: str, requested: int) -> int:
+    """The requested page size, or the only one a variant runs (triton_ps1: 1). Peers take any."""
+    if variant in peers.PEERS:
+        return requested
+    supported = variants.load_variant(variant).PAGE_SIZES
+    return requested if requested in supported or len(supported) != 1 else supported[0]
+
+
+def _applies(variant: str, config: dict) -> bool:
+    """Whether a config override is meant for this variant (all its keys are the variant's tunables)."""
+    if variant in peers.PEERS:
+        return False
+    return set(config) <= set(variants.load_variant(variant).DEFAULT_CONFIG)
+
+
+def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[int], heads: list[int],
+                 page_sizes: list[int], batch: int = 1, dtype: str = "bfloat16",
+                 configs: list[dict] | None = None) -> list[BenchPoint]:
+    """Every combination; each config override applies to the variants whose tunables it names."""
+    points = []
+    for length, nodes, head_count, page_size, variant, config in itertools.product(
+            prefix_lens, tree_sizes, heads, page_sizes, variants, configs or [{}]):
+        config = config if _applies(variant, config) else {}
+        point = BenchPoint(variant, length, nodes, head_count, page_size_for(variant, page_size), batch, dtype,
+                           config=tuple(sorted(config.items())))
+        if point not in points:
+            points.append(point)
+    return points
+
+
+def _implementation_call(point: BenchPoint, problem):
+    """A no-argument callable returning the output, and the resolved config (variants only)."""
+    if point.variant in peers.PEERS:
+        return peers.PEERS[point.variant](problem), {}
+    config = dict(point.config) or None
+    shape = contract.check_arguments(*problem.arguments(), **problem.kwargs())
+    resolved = variants.resolve_config(point.variant, variants.load_variant(point.variant), config, shape)
+    out = torch.empty(*problem.q.shape[:3], problem.v_dim, dtype=problem.q.dtype, device=problem.q.device)
+    verify_attention(*problem.arguments(), **problem.kwargs(), variant=point.variant, config=config, out=out)
+
+    def call():
+        return verify_attention(*problem.arguments(), **problem.kwargs(), variant=point.variant, config=config,
+                                out=out, validate=False)
+
+    return call, resolved
+
+
+def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, rep_ms: float,
+                repeats: int = 1) -> dict:
+    """Check one point against the oracle's output, time it ``repeats`` times, return its payload."""
+    implementation = "peer" if point.variant in peers.PEERS else "variant"
+    payload = {**asdict(point), "implementation": implementation, "config": dict(point.config), "mode": mode, "status": "ok",
+               "reason": ""}
+    try:
+        call, payload["resolved_config"] = _implementation_call(point, problem)
+        output = call()
+        rel_error = float((output.double() - reference.double()).norm() / reference.double().norm())
+        payload["rel_error"] = rel_error
+        if not rel_error <= TOLERANCE[problem.q.dtype]:
+            payload.update(status="wrong", reason=f"relative error {rel_error:.3g} vs the oracle")
+            return payload
+        del output
+        results = [timing.time_graph(call) if mode == "graph" else timing.time_events(call, rep_ms=rep_ms)
+                   for _ in range(repeats)]
+    except peers.PeerUnavailable as error:
+        payload.update(status="unavailable", reason=str(error))
+        return payload
+    except UnsupportedProblemError as error:
+        payload.update(status="unsupported", reason=str(error))
+        return payload
+    except torch.cuda.OutOfMemoryError as error:
+        torch.cuda.empty_cache()
+        payload.update(status="oom", reason=str(error).splitlines()[0])
+        return payload
+    except Exception as error:
+        payload.update(status="error", reason=f"{type(error).__name__}: {error}"[:500])
+        return payload
+    result = results[0]
+    work = roofline.verify_work(problem.prefix_lens.tolist(), point.tree_nodes, point.heads)
+    payload.update(median_ms=result.median_ms, iqr_ms=result.iqr_ms, samples_ms=result.samples_ms,
+                   reps=result.reps, warmup_calls=result.warmup_calls, gpu_state_before=result.gpu_state_before,
+                   gpu_state_after=result.gpu_state_after, state_flags=result.state_flags,
+                   **roofline.metrics(work, result.median_ms, ceilings))
+    if repeats > 1:
+        medians = [r.median_ms for r in results]
+        payload.update(repeat_medians_ms=medians, repeat_iqrs_ms=[r.iqr_ms for r in results],
+                       repeat_agrees=max(medians) - min(medians) <= max(r.iqr_ms for r in results))
+    return payload
+
+
+def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_ms: float = 200.0,
+              repeats: int = 1, seed: int = 0, progress: bool = True) -> list[dict]:
+    """Time every point. Points that share a shape share one seeded problem (re-laid out per page
+    size) and one oracle output."""
+    ceilings = roofline.load_ceilings()
+    results = []
+    shape_key, by_page, reference = None, {}, None
+    bar = tqdm(points, desc="vk bench", unit="point", disable=not progress)
+    for point in bar:
+        bar.set_postfix_str(f"{point.variant} L={point.prefix_len} T={point.tree_nodes} H={point.heads}")
+        key = (point.prefix_len, point.tree_nodes, point.heads, point.batch, point.dtype, point.tree)
+        if key != shape_key:
+            shape_key, by_page, reference = key, {}, None
+            torch.cuda.empty_cache()
+        if point.page_size not in by_page:
+            if by_page:
+                by_page[point.page_size] = next(iter(by_page.values())).with_page_size(point.page_size)
+            else:
+                by_page[point.page_size] = make_problem(point.prefix_len, point.tree_nodes, point.heads,
+                                                        page_size=point.page_size, batch=point.batch,
+                                                        tree=point.tree, dtype=getattr(torch, point.dtype),
+                                                        device="cuda", seed=seed)
+        problem = by_page[point.page_size]
+        if reference is None:
+            reference = reference_attention(*problem.arguments(), **problem.kwargs())
+        payload = bench_point(point, problem, reference, ceilings, mode=mode, rep_ms=rep_ms, repeats=repeats)
+        record = records.make_record("bench", payload)
+        records.append_records(out_path, [record])
+        results.append(record)
+    return results
+
+
+def format_table(results: list[dict]) -> str:
+    rows = []
+    for r in results:
+        rows.append((r["variant"], _short_config(r.get("resolved_config") or {}), r["prefix_len"], r["tree_nodes"], r["heads"], r["page_size"],
+                     f"{r['median_ms']:.4f}" if "median_ms" in r else r["status"],
+                     f"{r['iqr_ms']:.4f}" if "iqr_ms" in r else "-",
+                     f"{r['achieved_tbps']:.2f}" if r.get("achieved_tbps") else "-",
+                     f"{r['achieved_tflops']:.1f}" if r.get("achieved_tflops") else "-",
+                     f"{r['pct_roofline']:.1f}" if r.get("pct_roofline") else "-",
+                     f"{r['rel_error']:.1e}" if "rel_error" in r else "-",
+                     _repeat_column(r)))
+    return tabulate(rows, headers=["variant", "config", "L", "T", "H", "page", "median_ms", "iqr_ms", "TB/s",
+                                   "TFLOP/s", "% roofline", "rel_err", "repeat"])
+
+
+def _short_config(config: dict) -> str:
+    short = {"BLOCK_M": "M", "BLOCK_N": "N", "num_warps": "w", "num_stages": "s", "kv_splits": "splits"}
+    return " ".join(f"{short.get(k, k)}{v}" for k, v in config.items())
+
+
+def _repeat_column(record: dict) -> str:
+    medians = record.get("repeat_medians_ms")
+    if not medians:
+        return ""
+    verdict = "agree" if record.get("repeat_agrees") else "DIFFER"
+    return f"{'/'.join(f'{m:.4f}' for m in medians)} {verdict}"

@@ -1,0 +1,101 @@
+"""``vk decode``, ``vk decode-report``: the DDTree decode loop and its tables and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.arguments import int_list, results_root
+
+
+def cmd_decode(args) -> int:
+    from harness.decode.run import format_decode_table, run_matrix
+    from harness.measure.environment import command_line
+
+    records = run_matrix(args, command_line())
+    if args.json:
+        for record in records:
+            print(json.dumps({k: v for k, v in record.items() if k != "steps_detail"}))
+    else:
+        print(format_decode_table(records))
+        if args.out:
+            print(f"\nrecords appended to {args.out}")
+    failed = [r for r in records if r.get("status") == "error"]
+    must_match = [r for r in records if r.get("device") == "cpu" and r.get("dtype") == "float32"]
+    if args.check_lossless and any(r.get("lossless") and not r["lossless"]["identical"] for r in must_match):
+        return 1  # in float32 on the CPU the tokens must be identical
+    return 1 if failed else 0
+
+
+def cmd_decode_report(args) -> int:
+    from harness.decode.report import write_decode_report
+
+    missing = [str(path) for path in args.records if not Path(path).is_file()]
+    if missing:
+        raise SystemExit(f"vk decode-report: records: no such file: {', '.join(missing)}")
+    for path in write_decode_report(args.records, args.out_dir, args.name):
+        print(path)
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Register this package's subcommands on the ``vk`` parser."""
+    decode = sub.add_parser("decode", help="DDTree decode loop on an MLA model: step phases, tokens/s, lossless check")
+    decode.add_argument("--preset", default="tiny", help="tiny (CPU tests) or k2-tp8 (one GPU's slice of Kimi K2 at TP8)")
+    decode.add_argument("--context", type=int_list, default=[0], help="random latent rows before the prompt (list)")
+    decode.add_argument("--budget", type=int_list, default=[64], help="tree nodes per step, root included (list)")
+    decode.add_argument("--new-tokens", type=int, default=64)
+    decode.add_argument("--variants", "--variant", nargs="+",
+                        help="attention variants (auto, triton_ps1, ...; reference = the float64 oracle, the CPU "
+                             "default); triton_ps1 runs on a page_size=1 pool")
+    decode.add_argument("--drafter", choices=["oracle", "ngram"], default="oracle")
+    decode.add_argument("--block-size", type=int, default=16, help="drafted positions per step")
+    decode.add_argument("--temperature", type=float, default=0.0, help="> 0 samples the target at each node")
+    decode.add_argument("--check-lossless", action="store_true",
+                        help="compare with plain greedy decoding (CPU float32: must be identical)")
+    decode.add_argument("--batch-invariant-greedy", action="store_true",
+                        help="also compare with greedy decoding whose forwards are padded to the budget (the verify's "
+                             "GEMM shapes): separates bf16 shape noise from the tree's own effect")
+    decode.add_argument("--greedy-variant", help="variant of the greedy reference run (default: the last of --variants)")
+    decode.add_argument("--prompt", type=int_list, help="prompt token ids (default: --prompt-len random ids)")
+    decode.add_argument("--prompt-len", type=int, default=16)
+    decode.add_argument("--page-size", type=int, default=64)
+    decode.add_argument("--device", choices=["cpu", "cuda"])
+    decode.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],
+                        help="default: bfloat16 on the GPU, float32 on the CPU")
+    decode.add_argument("--weights", help="a safetensors file in DeepSeek-V3 tensor names (default: random, --seed)")
+    decode.add_argument("--seed", type=int, default=0)
+    decode.add_argument("--no-graphs", action="store_true", help="eager verify forward instead of CUDA graphs")
+    decode.add_argument("--compile-layers", action="store_true",
+                        help="torch.compile each layer's two halves around attention (fuses norms, RoPE, SwiGLU)")
+    decode.add_argument("--gemm", choices=["cublas", "splitk"], default="cublas",
+                        help="the layers' weight GEMMs: cuBLAS, or the split-K Triton kernel (harness/decode/splitk_linear.py)")
+    decode.add_argument("--gemm-table", help="split-K configs (JSON from scripts/tune_splitk.py; default: "
+                        "results/tuned/splitk-linear-SKU.json for this GPU if present, else built-in defaults)")
+    decode.add_argument("--pdl", action="store_true",
+                        help="programmatic dependent launches between the compiled layers' kernels and the split-K "
+                        "GEMMs (Hopper+; with --compile-layers --gemm splitk)")
+    decode.add_argument("--phase-timing", nargs="+", choices=["overlapped", "overlapped-blocking", "synced"],
+                        default=["overlapped"],
+                        help="overlapped (default): one wait for the GPU per step, the walk's, polled, so the commit "
+                             "overlaps the next draft; overlapped-blocking: the same, waiting in cudaEventSynchronize; "
+                             "synced: a device sync after every phase, so phases add up to the step. Several: each "
+                             "run once per choice (harness/decode/loop.py)")
+    decode.add_argument("--draft-on", nargs="+", choices=["host", "device"], default=["host"],
+                        help="host (default): the host drafts, builds the tree and its mask between steps; device: "
+                             "all three run on the device in CUDA graphs and the host stays one step behind (greedy, "
+                             "oracle drafter; phase timing overlapped only). Both: each run once per choice "
+                             "(harness/decode/device_loop.py)")
+    decode.add_argument("--repeats", type=int, default=1,
+                        help="runs of each (context, variant, budget, timing), back to back in one process, for the "
+                             "run-to-run spread of the step (records carry ``repeat``)")
+    decode.add_argument("--out", type=Path, help="append JSONL records here")
+    decode.add_argument("--json", action="store_true")
+    decode.add_argument("--no-progress", action="store_true")
+    decode.set_defaults(func=cmd_decode)
+
+    decode_report = sub.add_parser("decode-report", help="decode records -> markdown table and plots")
+    decode_report.add_argument("records", type=Path, nargs="+", help="JSONL files written by vk decode --out")
+    decode_report.add_argument("--out-dir", type=Path, default=results_root() / "decode")
+    decode_report.add_argument("--name", default="decode")
+    decode_report.set_defaults(func=cmd_decode_report)

@@ -1,0 +1,40 @@
+"""``vk static``: compile offline for an arch and report registers, spills, shared memory and occupancy."""
+
+from __future__ import annotations
+
+import json
+
+from harness.arguments import json_dict
+
+
+def cmd_static(args) -> int:
+    from harness.static.report import default_rows, format_rows
+
+    from verify_kernels import VARIANTS
+
+    names = [args.variant] if args.variant else [n for n in VARIANTS]
+    if args.space:
+        from harness.static.report import space_report
+
+        print(space_report(names, args.arch, args.json))
+        return 0
+    rows = []
+    for name in names:
+        for arch in args.arch:
+            rows += default_rows(name, arch, args.config)
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        print(format_rows(rows))
+    return 0 if all(r["feasible"] for r in rows) else 1
+
+
+def add_commands(sub) -> None:
+    """Register this package's subcommands on the ``vk`` parser."""
+    static = sub.add_parser("static", help="compile offline for an arch: registers, spills, smem, occupancy")
+    static.add_argument("--variant", help="default: every variant with an offline compile path")
+    static.add_argument("--arch", nargs="+", default=["sm_120"], choices=["sm_90", "sm_120"])
+    static.add_argument("--config", type=json_dict, action="append", help="configs to compile (default: the arch's default)")
+    static.add_argument("--space", action="store_true", help="the whole search space (search_spaces/*.yaml)")
+    static.add_argument("--json", action="store_true")
+    static.set_defaults(func=cmd_static)

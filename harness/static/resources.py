@@ -1,0 +1,50 @@
+"""Compile a variant's configs offline for an arch: resources, occupancy and feasibility per kernel."""
+
+from __future__ import annotations
+
+from verify_kernels import variants
+
+from verify_kernels.kernel_spec import CudaKernelSpec
+
+from harness.static import nvcc_compile, triton_compile
+from harness.static.occupancy import report
+
+
+def default_configs(variant: str, arch: str) -> dict:
+    module = variants.load_variant(variant)
+    per_arch = variants.optional(module, "DEFAULT_CONFIGS")
+    return dict(per_arch.get(arch, module.DEFAULT_CONFIG))
+
+
+def static_rows(variant: str, arch: str, configs: list[dict] | None = None, *, allow_spills: bool = True) -> list[dict]:
+    """One row per (config, kernel): resources from the compiler, occupancy, feasibility. Whether
+    spills disqualify is the search space's rule for the arch (``space.allow_spills``)."""
+    module = variants.load_variant(variant)
+    rows = []
+    for config in configs or [default_configs(variant, arch)]:
+        config = {**default_configs(variant, arch), **config}
+        row = {"variant": variant, "config": config}
+        try:
+            problems = variants.optional(module, "config_problems")(config)
+            if problems:
+                raise ValueError("; ".join(problems))
+            for name, usage in _resources(module, config, arch):
+                rows.append({**row, "kernel": name, **report(usage, arch, allow_spills)})
+        except Exception as error:  # a compile failure or a broken rule is a rejection with its reason
+            rows.append({**row, "arch": arch, "feasible": False, "reason": f"compile: {str(error).splitlines()[0][:200]}"})
+    return rows
+
+
+def _resources(module, config: dict, arch: str):
+    """(kernel name, ResourceUsage) pairs: nvcc for CUDA kernels, triton.compile for Triton ones."""
+    problem = variants.optional(module, "offline_arch_problem")(arch)
+    if problem:
+        raise ValueError(problem)
+    return [(spec.name, compile_spec(spec, arch)) for spec in module.kernel_specs(config)]
+
+
+def compile_spec(spec, arch: str):
+    """Resources of one kernel spec compiled offline for ``arch``."""
+    if isinstance(spec, CudaKernelSpec):
+        return nvcc_compile.compile_resources(spec, arch)
+    return triton_compile.compile_resources(spec, arch)

@@ -1,0 +1,179 @@
+"""Search spaces as data: ``search_spaces/<variant>.yaml`` -> candidate configs with reasons.
+
+A space lists values per tunable and constraint expressions (Python expressions over the tunable
+names, plus min and max); an arch section adds constraints and says whether register spills
+disqualify a candidate there (``allow_spills``, default false). Every candidate is either kept or
+carries the reason it was dropped, in KernelTuner's spirit: nothing disappears silently.
+The static model (static_feasibility) then compiles the kept ones for the arch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from verify_kernels import variants
+
+import search_spaces
+from harness.measure.paths import results_dir
+from harness.static.resources import static_rows
+
+SPACES_DIR = search_spaces.SPACES_DIR
+STATIC_CACHE_DIR = results_dir() / "static"
+_EXPRESSION_NAMES = {"min": min, "max": max}
+# Tunables that change only the launch, not the compiled kernel's resources.
+LAUNCH_ONLY = ("kv_splits",)
+
+
+@dataclass
+class Candidate:
+    config: dict
+    reason: str = ""                          # empty: feasible so far
+    static: dict = field(default_factory=dict)  # registers, spills, smem, occupancy when compiled
+
+    @property
+    def feasible(self) -> bool:
+        return not self.reason
+
+
+def load_space(variant: str, arch: str) -> dict:
+    path = SPACES_DIR / f"{variant}.yaml"
+    if not path.exists():
+        raise ValueError(f"variant: no search space for {variant!r} (expected {path})")
+    space = yaml.safe_load(path.read_text())
+    module = variants.load_variant(variant)
+    for name, values in space["tunables"].items():
+        # A tunable may name the variant's constant that holds its values (BLOCK_N: BLOCK_N_CHOICES),
+        # so a rule the kernel enforces is written once.
+        if isinstance(values, str):
+            if not hasattr(module, values):
+                raise ValueError(f"search space {path.name}: tunable {name} names {values!r}, which variant "
+                                 f"{variant!r} does not define")
+            space["tunables"][name] = list(getattr(module, values))
+    if arch not in space.get("arch", {}):
+        raise ValueError(f"arch: {path.name} has no section for {arch!r}; it has {sorted(space.get('arch', {}))}")
+    return space
+
+
+def allow_spills(variant: str, arch: str) -> bool:
+    """The space's rule for ``arch``: do register spills disqualify a config? A variant without a
+    search space is not tuned, so its spills are reported, not disqualifying (the baseline,
+    triton_ps1, spills by design)."""
+    if not (SPACES_DIR / f"{variant}.yaml").exists():
+        return True
+    return bool(load_space(variant, arch)["arch"][arch].get("allow_spills", False))
+
+
+def _violated(expressions: list[str], config: dict) -> str | None:
+    for expression in expressions:
+        try:
+            if not eval(expression, {"__builtins__": {}}, {**_EXPRESSION_NAMES, **config}):  # noqa: S307 (our YAML)
+                return f"constraint: {expression}"
+        except Exception as error:
+            raise ValueError(f"search space constraint {expression!r} failed on {config}: {error}") from None
+    return None
+
+
+def candidates(variant: str, arch: str) -> list[Candidate]:
+    """Every combination of the space's values, with a reason on those the rules drop."""
+    space = load_space(variant, arch)
+    names = list(space["tunables"])
+    module = variants.load_variant(variant)
+    rules = space.get("constraints", []) + space["arch"][arch].get("constraints", [])
+    result = []
+    for values in itertools.product(*(space["tunables"][n] for n in names)):
+        config = dict(zip(names, values))
+        reason = _violated(rules, config) or "; ".join(variants.optional(module, "config_problems")(config))
+        result.append(Candidate(config, reason))
+    return result
+
+
+# Library modules whose code goes into the kernels or their launches; a variant's hash covers those
+# it imports.
+SHARED_KERNEL_MODULES = ("triton_dot", "triton_common", "gluon_common", "split_combine", "splits")
+
+
+def kernel_source_files(variant: str) -> list[Path]:
+    """The files a variant's compiled kernels and launches depend on: its module, the shared kernel
+    modules it imports (``from .name import``, followed through those modules) and, for CUDA
+    variants, their ``SOURCE``."""
+    module = variants.load_variant(variant)
+    files = [Path(module.__file__)]
+    for path in files:  # grows while it is walked: the shared modules' own imports
+        text = path.read_text()
+        files += [candidate for name in SHARED_KERNEL_MODULES
+                  if (candidate := path.parent / f"{name}.py") not in files
+                  and (f"from .{name} import" in text or re.search(rf"from \. import [\w, ]*\b{name}\b", text))]
+    source = variants.optional(module, "SOURCE")
+    return [*files, *([Path(source)] if source else [])]
+
+
+def kernel_source_hash(variant: str) -> str:
+    """sha256 (first 16 hex) of ``kernel_source_files``: tuned and static results stay valid while
+    this does not change."""
+    return source_digest(kernel_source_files(variant))
+
+
+def source_digest(paths: list[Path]) -> str:
+    """sha256 (first 16 hex) of files' names and contents, in order."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def static_model_hash(variant: str) -> str:
+    """sha256 (first 16 hex) of the static model a variant is checked with: the occupancy rules and
+    the compiler front ends (Triton's and nvcc's)."""
+    here = Path(__file__).parent
+    return source_digest([here / name for name in ("occupancy.py", "triton_compile.py", "nvcc_compile.py",
+                                                   "resources.py")])
+
+
+def _compile_key(config: dict) -> str:
+    return json.dumps({k: v for k, v in sorted(config.items()) if k not in LAUNCH_ONLY})
+
+
+def static_feasibility(variant: str, arch: str, progress: bool = True) -> list[Candidate]:
+    """Candidates checked by the static model, compiled once per compile-relevant config.
+
+    Results are cached in results/static/<variant>-<arch>.json under the kernel source hash and
+    the static model's own hash, so the space compiles once per kernel or model change (and a killed
+    run keeps what it compiled).
+    """
+    from tqdm import tqdm
+
+
+    cache_path = STATIC_CACHE_DIR / f"{variant}-{arch}.json"
+    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
+    current = {"kernel_source_hash": kernel_source_hash(variant), "static_model_hash": static_model_hash(variant)}
+    if any(cache.get(name) != value for name, value in current.items()):
+        cache = {**current, "rows": {}}
+    result = candidates(variant, arch)
+    to_compile = sorted({_compile_key(c.config) for c in result if c.feasible} - set(cache["rows"]))
+    for key in tqdm(to_compile, desc=f"static {variant} {arch}", unit="config", disable=not progress):
+        config = json.loads(key)
+        config.update({name: 0 for name in LAUNCH_ONLY if name in result[0].config})
+        (row,) = static_rows(variant, arch, [config])[:1]
+        cache["rows"][key] = {k: row.get(k) for k in ("registers", "spill_store_bytes", "spill_load_bytes",
+                                                      "shared_bytes", "blocks_per_sm", "occupancy", "limiter",
+                                                      "feasible", "reason")}
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")  # kill-safe: after each compile
+    spills_allowed = allow_spills(variant, arch)
+    for candidate in result:
+        if candidate.feasible:
+            candidate.static = cache["rows"][_compile_key(candidate.config)]
+            spilled = (candidate.static.get("spill_store_bytes") or 0) + (candidate.static.get("spill_load_bytes") or 0)
+            if not candidate.static["feasible"]:
+                candidate.reason = candidate.static["reason"] or "static model"
+            elif spilled and not spills_allowed:
+                candidate.reason = f"register spills ({spilled} B stored + loaded; not allowed on {arch})"
+    return result

@@ -1,0 +1,115 @@
+"""``vk tune`` orchestration: the keys the arguments name, worker processes on one storage, and the
+winners table. One study per key lives in tune.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def tune_keys(args, sku: str):
+    """The keys the arguments name: variants x prefix lengths x tree sizes x heads."""
+    from verify_kernels.dispatch import l_bucket
+
+    from harness.tune.study import TuneKey
+
+    for variant in args.variants:
+        for length in args.prefix:
+            for nodes in args.tree:
+                for heads in args.heads:
+                    yield TuneKey(variant, sku, l_bucket(length), nodes, heads, args.page_size, args.dtype, length)
+
+
+def run_tune(args, argv: list[str]) -> int:
+    """Tune every key the arguments name (or fan out to --workers processes), then print the winners."""
+    import torch
+
+    from harness.tune.study import DEFAULT_STORAGE, neighbour_winners, save_winner, tune_key, winner_record, winners_path
+
+    fake = bool(os.environ.get("VK_TUNE_FAKE"))
+    if not torch.cuda.is_available() and not fake:
+        raise SystemExit("vk tune: needs a CUDA GPU (VK_TUNE_FAKE=1 runs the machinery with a fake cost)")
+    if args.workers > 1:
+        return _tune_workers(args, argv)
+    arch = args.arch or ("sm_120" if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 12
+                         else "sm_90")
+    sku = args.gpu or gpu_sku_or_fake(fake)
+    storage = args.storage or DEFAULT_STORAGE
+    if storage.startswith("sqlite:///"):
+        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    path = args.winners or winners_path(sku)
+    rows = []
+    for key in tune_keys(args, sku):
+        study = tune_key(key, arch=arch, storage=storage, trials=args.trials, minutes=args.minutes,
+                         seed=args.seed, warm_start=neighbour_winners(path, key),
+                         timeout_s=args.trial_timeout, rep_ms=args.rep_ms, progress=not args.no_progress,
+                         compile=not args.no_compile, exhaustive=args.exhaustive, timing=args.timing)
+        if args.worker_only or args.exhaustive:
+            continue
+        record = winner_record(study, key)
+        if record:
+            save_winner(record, path)
+            rows.append((key.variant, key.prefix_len, key.tree_nodes, key.heads, f"{record['median_ms']:.4f}",
+                         f"{record['default_median_ms']:.4f}" if record["default_median_ms"] else "-",
+                         f"{record['speedup_over_default']:.2f}x" if record["speedup_over_default"] else "-",
+                         record["measured"], record["failed"], json.dumps(record["config"])))
+    if rows:
+        from tabulate import tabulate
+
+        print(tabulate(rows, headers=["variant", "L", "T", "H", "best ms", "default ms", "speed-up", "measured",
+                                      "failed", "config"]))
+        print(f"\nwinners in {path}; storage {storage}")
+    return 0
+
+
+def gpu_sku_or_fake(fake: bool) -> str:
+    from harness.measure.environment import gpu_sku
+
+    sku = gpu_sku()
+    return "fake-" + sku if fake else sku
+
+
+def _tune_workers(args, argv: list[str]) -> int:
+    """One `vk tune --worker-only` process per local GPU on the shared storage, then the winners."""
+    import subprocess
+
+    import torch
+
+    from harness.static.space import kernel_source_hash
+    from harness.tune.study import DEFAULT_STORAGE, open_storage, open_study
+
+    storage = args.storage or DEFAULT_STORAGE
+    if storage.startswith("sqlite:///"):
+        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    opened = open_storage(storage)  # the schema and the studies once, before the workers race to create them
+    for key in tune_keys(args, args.gpu or gpu_sku_or_fake(bool(os.environ.get("VK_TUNE_FAKE")))):
+        open_study(key.study_name + ("|exhaustive" if args.exhaustive else ""), opened, args.seed,
+                   kernel_source_hash(key.variant), args.timing)
+    gpus = max(1, torch.cuda.device_count())
+    argv = _without_option(argv, "--workers")
+    processes = []
+    for worker in range(args.workers):
+        # Each worker stops when the study holds --trials finished trials (MaxTrialsCallback).
+        extra = ["--worker-only", "--storage", storage, "--seed", str(args.seed + worker), "--no-progress"]
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(worker % gpus)}
+        processes.append(subprocess.Popen([sys.executable, "-m", "harness", *argv, *extra], env=env))
+    codes = [p.wait() for p in processes]
+    if any(codes):
+        raise SystemExit(f"vk tune: workers exited with {codes}")
+    final = [sys.executable, "-m", "harness", *argv, "--storage", storage, "--trials", "0"]
+    return subprocess.call(final)
+
+
+def _without_option(argv: list[str], option: str) -> list[str]:
+    """argv less ``option VALUE`` and ``option=VALUE``."""
+    result, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            result.append(arg)
+    return result

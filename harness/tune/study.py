@@ -1,0 +1,327 @@
+"""``vk tune``: one Optuna study per key (variant, GPU, L bucket, T, H, page size, dtype).
+
+- The sampler (TPE, seeded) proposes values per tunable; proposals the search space or the static
+  model reject are pruned with their reason and never reach the GPU.
+- A config already measured in the study is not measured again: the trial takes the earlier value
+  (or is pruned, when the earlier measurement failed) and records ``duplicate_of``. The budget
+  (``trials``) counts measured configs; pruned proposals and duplicates are free.
+- Every measured trial runs in a worker process (harness/tune/worker.py, kept alive across trials
+  by harness/tune/trial_process.py) that checks the config against the oracle before timing it; a wrong
+  answer, an error, a crash or a hang past the timeout is a failed trial with its ``invalidity``,
+  the worker is replaced and the study goes on.
+- Storage is any Optuna URL; by default an SQLite file under results/tuned/. A killed run loses no
+  completed trial: starting it again loads the study and continues.
+- The variant's default config is trial 0 of every study (the speed-up's baseline); the winner of
+  the neighbouring L bucket is enqueued next (warm start).
+- Winners go to results/tuned/<gpu-sku>.yaml after each key, with their provenance.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.measure.paths import results_dir
+from harness.measure.environment import describe_environment, gpu_sku, source_hash
+from harness.static.space import Candidate, kernel_source_hash, load_space, static_feasibility
+from harness.static.space import candidates as search_candidates
+from harness.tune.trial_process import TrialProcess
+
+TUNED_DIR = results_dir() / "tuned"
+DEFAULT_STORAGE = f"sqlite:///{TUNED_DIR / 'optuna.db'}"
+
+
+class TrialFailed(RuntimeError):
+    """A measured config that faulted, hung, errored or gave a wrong answer."""
+
+
+@dataclass(frozen=True)
+class TuneKey:
+    variant: str
+    gpu: str
+    l_bucket: int
+    tree_nodes: int
+    heads: int
+    page_size: int
+    dtype: str
+    prefix_len: int  # the length actually measured for this bucket
+
+    @property
+    def study_name(self) -> str:
+        return (f"{self.variant}|{self.gpu}|L{self.l_bucket}|T{self.tree_nodes}|H{self.heads}|"
+                f"ps{self.page_size}|{self.dtype}")
+
+
+def canonical(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def evaluate(key: TuneKey, config: dict, *, timeout_s: float, rep_ms: float, worker: TrialProcess,
+             timing: str = "events") -> dict:
+    """Run one config in the worker process; crashes and timeouts become failed results. ``timing``:
+    the bench's mode, "events" (eager calls, so a launch's host time shows once it exceeds the
+    GPU's) or "graph" (CUDA-graph replay: the kernels alone)."""
+    job = {"variant": key.variant, "config": config, "prefix_len": key.prefix_len, "tree_nodes": key.tree_nodes,
+           "heads": key.heads, "page_size": key.page_size, "dtype": key.dtype, "rep_ms": rep_ms, "timing": timing}
+    return worker.run(job, timeout_s)
+
+
+def _same_config(study, config: dict, state, exclude: int | None = None):
+    """The first trial in ``state`` with these params (other than trial ``exclude``), else None."""
+    for trial in study.get_trials(deepcopy=False, states=(state,)):
+        if trial.number != exclude and canonical(trial.params) == canonical(config):
+            return trial
+    return None
+
+
+HEARTBEAT_S = 30
+GRACE_S = 120
+
+
+def open_storage(url: str):
+    """An Optuna storage for ``url``: a database URL (sqlite, postgresql, mysql) or
+    ``journal:///path/to/file.log`` (Optuna's JournalStorage on a file, for many workers on a
+    shared file system). Database URLs get a heartbeat: a trial left RUNNING by a killed worker is
+    failed after GRACE_S and retried once by the next run."""
+    import optuna
+
+    if url.startswith("journal://"):
+        from optuna.storages.journal import JournalFileBackend
+
+        path = url.removeprefix("journal://")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(path))
+    if url.split(":", 1)[0].split("+")[0] in ("sqlite", "postgresql", "mysql"):
+        return optuna.storages.RDBStorage(
+            url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
+            failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=1))
+    return url
+
+
+def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], rejected: dict[str, str], *,
+                   timeout_s: float, rep_ms: float, worker: TrialProcess, timing: str = "events"):
+    import optuna
+
+    names = list(space["tunables"])
+
+    def objective(trial: "optuna.Trial") -> float:
+        config = {name: trial.suggest_categorical(name, space["tunables"][name]) for name in names}
+        text = canonical(config)
+        if text not in feasible:
+            trial.set_user_attr("invalidity", "constraints")
+            trial.set_user_attr("reason", rejected.get(text, "not in the search space"))
+            raise optuna.TrialPruned(rejected.get(text, "not in the search space"))
+        running = _same_config(trial.study, config, optuna.trial.TrialState.RUNNING, exclude=trial.number)
+        if running is not None:  # another worker is measuring it right now
+            trial.set_user_attr("duplicate_of", running.number)
+            raise optuna.TrialPruned(f"duplicate of running trial {running.number}")
+        failed = _same_config(trial.study, config, optuna.trial.TrialState.FAIL)
+        if failed is not None and "invalidity" in failed.user_attrs:  # measured and failed: not again
+            trial.set_user_attr("duplicate_of", failed.number)
+            raise optuna.TrialPruned(f"failed before as trial {failed.number}: {failed.user_attrs['invalidity']}")
+        earlier = _same_config(trial.study, config, optuna.trial.TrialState.COMPLETE)
+        if earlier is not None:
+            trial.set_user_attr("duplicate_of", earlier.number)
+            for name in ("median_ms", "iqr_ms"):
+                if name in earlier.user_attrs:
+                    trial.set_user_attr(name, earlier.user_attrs[name])
+            return earlier.value
+        result = evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker, timing=timing)
+        for name, value in result.items():
+            trial.set_user_attr(name, value)
+        if result.get("status") != "ok":
+            invalidity = {"wrong": "correctness", "error": "compile_or_launch"}.get(result["status"], result["status"])
+            trial.set_user_attr("invalidity", invalidity)
+            raise TrialFailed(f"{invalidity}: {result.get('reason', '')}")
+        return float(result["median_ms"])
+
+    return objective
+
+
+def feasible_space(variant: str, arch: str, progress: bool, compile: bool = True):
+    """(space, feasible {canonical: Candidate}, rejected {canonical: reason}).
+
+    ``compile=False`` applies the constraints and kernel rules only (tests without a compiler).
+    """
+    space = load_space(variant, arch)
+    candidates = static_feasibility(variant, arch, progress=progress) if compile else search_candidates(variant, arch)
+    feasible = {canonical(c.config): c for c in candidates if c.feasible}
+    rejected = {canonical(c.config): c.reason for c in candidates if not c.feasible}
+    return space, feasible, rejected
+
+
+def default_config_for(variant: str, arch: str, space: dict) -> dict:
+    from harness.static.resources import default_configs
+
+    default = default_configs(variant, arch)
+    return {name: default[name] for name in space["tunables"]}
+
+
+def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minutes: float | None, seed: int,
+             warm_start: list[dict], timeout_s: float, rep_ms: float, progress: bool, compile: bool = True,
+             feasible_override=None, exhaustive: bool = False, timing: str = "events"):
+    """Run (or continue) the study of one key; returns the study.
+
+    ``exhaustive``: measure every feasible config once, in a study named "<key>|exhaustive" (the
+    table the tuning-quality replay needs); ``trials`` is then the feasible count.
+    """
+    import optuna
+
+    if feasible_override is not None:
+        space, feasible, rejected = feasible_override
+    else:
+        space, feasible, rejected = feasible_space(key.variant, arch, progress, compile)
+    if not feasible:
+        raise ValueError(f"{key.variant} on {arch}: no statically feasible config in the search space")
+    name = key.study_name + ("|exhaustive" if exhaustive else "")
+    study = open_study(name, open_storage(storage), seed, kernel_source_hash(key.variant), timing)
+    study.set_user_attr("key", asdict(key))
+    study.set_user_attr("arch", arch)
+    if not study.trials:
+        queue = ([c.config for c in feasible.values()] if exhaustive
+                 else [default_config_for(key.variant, arch, space), *warm_start])
+        for config in queue:
+            if canonical(config) in feasible:
+                study.enqueue_trial(config, skip_if_exists=True)
+    if exhaustive:
+        trials = len(feasible)
+    budget = None if trials is None else min(trials, len(feasible))
+    stop = _StopAfterMeasured(budget, max_proposals=None if budget is None else PROPOSALS_PER_TRIAL * budget)
+    if stop.reached(study):
+        return study
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with TrialProcess() as worker:
+        objective = make_objective(key, space, feasible, rejected, timeout_s=timeout_s, rep_ms=rep_ms,
+                                   worker=worker, timing=timing)
+        study.optimize(objective, n_trials=None if budget is None else stop.max_proposals,
+                       timeout=None if minutes is None else 60 * minutes, catch=(TrialFailed,), callbacks=[stop],
+                       show_progress_bar=progress)
+    return study
+
+
+def open_study(name: str, storage, seed: int, kernel_hash: str, timing: str = "events"):
+    """The study ``name``, resumed only if its trials measured this kernel source (``kernel_hash``)
+    with this timing mode (the study's ``kernel_source_hash`` and ``timing`` attributes; a study
+    from before them counts as "unrecorded", "events"). Any other study is archived whole as
+    "<name>|kernel <its hash> <its timing>" and the key starts over, so a changed kernel is never
+    ranked by its predecessor's timings, nor graph timings mixed with eager ones."""
+    import optuna
+
+    sampler = optuna.samplers.TPESampler(seed=seed)
+    if name in optuna.get_all_study_names(storage):
+        old = optuna.load_study(study_name=name, storage=storage, sampler=sampler)
+        measured = (old.user_attrs.get("kernel_source_hash", "unrecorded"), old.user_attrs.get("timing", "events"))
+        trials = len(old.trials)
+        if trials and measured != (kernel_hash, timing):
+            label = " ".join(measured)
+            names, archive, copy = set(optuna.get_all_study_names(storage)), f"{name}|kernel {label}", 1
+            while archive in names:  # an earlier archive of the same source is kept too
+                copy += 1
+                archive = f"{name}|kernel {label} ({copy})"
+            optuna.copy_study(from_study_name=name, from_storage=storage, to_storage=storage, to_study_name=archive)
+            optuna.delete_study(study_name=name, storage=storage)
+            warnings.warn(f"study {name}: its {trials} trials measured kernel source {measured[0]} ({measured[1]} "
+                          f"timing), this run {kernel_hash} ({timing}); archived as {archive!r}, tuning this key "
+                          f"again",
+                          stacklevel=2)
+    study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True,
+                                sampler=sampler)
+    study.set_user_attr("kernel_source_hash", kernel_hash)
+    study.set_user_attr("timing", timing)
+    return study
+
+
+PROPOSALS_PER_TRIAL = 50  # bounds a run whose sampler keeps proposing infeasible or measured configs
+
+
+def measured_trials(study) -> int:
+    """Configs measured (or being measured) in the study: pruned proposals and duplicates are free."""
+    import optuna
+
+    TrialState = optuna.trial.TrialState
+    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
+                                                                    TrialState.RUNNING))
+               if "duplicate_of" not in t.user_attrs)
+
+
+class _StopAfterMeasured:
+    """Stops the study once it holds ``budget`` measured configs (with several workers on one
+    storage, in-flight trials count, so together they stop there too), or after ``max_proposals``."""
+
+    def __init__(self, budget: int | None, max_proposals: int | None):
+        self.budget, self.max_proposals = budget, max_proposals
+
+    def reached(self, study) -> bool:
+        return self.budget is not None and (measured_trials(study) >= self.budget
+                                            or len(study.trials) >= self.max_proposals)
+
+    def __call__(self, study, trial) -> None:
+        if self.reached(study):
+            study.stop()
+
+
+def winner_record(study, key: TuneKey) -> dict | None:
+    import optuna
+
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        return None
+    best = min(complete, key=lambda t: t.value)
+    default = complete[0] if complete[0].number == 0 else None
+    env = describe_environment()
+    record = {
+        **asdict(key), "config": dict(best.params), "median_ms": best.value,
+        "iqr_ms": best.user_attrs.get("iqr_ms"), "trial": best.number,
+        "default_median_ms": default.value if default else None,
+        "speedup_over_default": (default.value / best.value) if default else None,
+        "trials": len(study.trials), "measured": sum("duplicate_of" not in t.user_attrs and
+                                                      t.state == optuna.trial.TrialState.COMPLETE for t in study.trials),
+        "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials),
+        "kernel_source_hash": kernel_source_hash(key.variant), "timing": study.user_attrs.get("timing", "events"),
+        "source_hash": source_hash(), "torch": str(env["torch"]), "triton": env["triton"], "cupy": env["cupy"],
+        "driver": env.get("driver"), "study": study.study_name,
+    }
+    return record
+
+
+def winners_path(sku: str | None = None) -> Path:
+    return TUNED_DIR / f"{sku or gpu_sku()}.yaml"
+
+
+def save_winner(record: dict, path: Path) -> None:
+    import yaml
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    winners = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+    winners[record["study"]] = record
+    path.write_text(yaml.safe_dump(winners, sort_keys=True))
+
+
+def neighbour_winners(path: Path, key: TuneKey) -> list[dict]:
+    """Winners of the same variant, T, H, page size and dtype at other L buckets, nearest first."""
+    import yaml
+
+    if not path.exists():
+        return []
+    winners = yaml.safe_load(path.read_text()) or {}
+    same = [w for w in winners.values() if (w["variant"], w["tree_nodes"], w["heads"], w["page_size"], w["dtype"]) ==
+            (key.variant, key.tree_nodes, key.heads, key.page_size, key.dtype) and w["l_bucket"] != key.l_bucket]
+    same.sort(key=lambda w: abs(math.log2(w["l_bucket"]) - math.log2(key.l_bucket)))
+    return [w["config"] for w in same[:1]]
+
+
+def check_winners(path: Path) -> list[str]:
+    """Stale records: those whose variant's kernel sources changed since they were measured."""
+    import yaml
+
+    if not path.exists():
+        return [f"{path}: no tuned records"]
+    stale = []
+    for name, record in (yaml.safe_load(path.read_text()) or {}).items():
+        current = kernel_source_hash(record["variant"])
+        if record.get("kernel_source_hash") != current:
+            stale.append(f"{name}: kernel source hash {record.get('kernel_source_hash')} != current {current}")
+    return stale

@@ -1,0 +1,91 @@
+"""Digest of every variant's compiled device code, for showing that a refactor left kernels alone.
+
+    python scripts/kernel_ptx_digest.py > before.json   # at one commit (any checkout)
+    python scripts/kernel_ptx_digest.py > after.json    # at another
+    diff before.json after.json                          # empty: the same PTX at every config
+
+For each variant with an offline compile path, its default config, its CHECK_CONFIGS and every
+config of a tuned table (``--tuned``) are compiled for sm_90 (and sm_120 where the variant
+compiles there) with the variant's own ``kernel_specs``; the PTX is hashed after dropping
+debug-line directives (``.loc``, ``.file``), the DWARF sections and comments, which move with the
+source lines and helper names.
+CUDA variants hash the nvcc PTX of their source with the config's macros. No GPU needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path.cwd()))
+
+
+def normalized_digest(ptx: str) -> str:
+    code = re.split(r"^\s*\.section\s+\.debug", ptx, maxsplit=1, flags=re.M)[0]  # DWARF: source lines and names
+    kept = [line for line in code.splitlines() if not re.match(r"\s*(\.loc|\.file|//)", line)]
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
+
+
+def triton_ptx(spec, arch: str) -> str:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    if getattr(spec.kernel, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource as source_class
+    else:
+        source_class = ASTSource
+    source = source_class(spec.kernel, spec.signature(), constexprs=spec.specialised_constexprs(),
+                          attrs=spec.divisibility_attrs())
+    compiled = triton.compile(source, target=GPUTarget("cuda", int(arch.removeprefix("sm_")), 32),
+                              options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+    return compiled.asm["ptx"]
+
+
+def cuda_ptx(source: Path, macros: dict, arch: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "k.ptx"
+        subprocess.run(["nvcc", "-ptx", f"-arch={arch}", "-std=c++17", *(f"-D{k}={v}" for k, v in macros.items()),
+                        str(source), "-o", str(out)], check=True, capture_output=True)
+        return out.read_text()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tuned", type=Path, nargs="*", default=[], help="tuned winner tables (YAML)")
+    args = parser.parse_args()
+    import yaml
+
+    from verify_kernels import variants
+
+    tuned = {}
+    for path in args.tuned:
+        for record in (yaml.safe_load(path.read_text()) or {}).values():
+            tuned.setdefault(record["variant"], []).append(record["config"])
+    digests = {}
+    for name in variants.VARIANTS:
+        module = variants.load_variant(name)
+        arches = ["sm_90"] if name.startswith("gluon") else ["sm_90", "sm_120"]
+        base = dict(module.DEFAULT_CONFIG)
+        configs = [base, *({**base, **c} for c in getattr(module, "CHECK_CONFIGS", ())),
+                   *({**base, **c} for c in tuned.get(name, []))]
+        for config in configs:
+            key = json.dumps(config, sort_keys=True)
+            for arch in arches:
+                if name == "cuda_coalesced":
+                    macros = {k: config[k] for k in module.MACROS}
+                    digests[f"{name}|{arch}|{key}"] = normalized_digest(cuda_ptx(module.SOURCE, macros, arch))
+                    continue
+                for spec in module.kernel_specs(config):
+                    digests[f"{name}|{arch}|{key}|{spec.name}"] = normalized_digest(triton_ptx(spec, arch))
+    print(json.dumps(digests, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

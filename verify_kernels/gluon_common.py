@@ -1,0 +1,65 @@
+"""What the two Gluon (Hopper wgmma) variants share: tile constants, copy helpers, shape rules and
+config completion. Kernel code: it is part of both variants' kernel source hashes."""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+from .contract import ProblemShape
+from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
+
+CPU_INTERPRETABLE = False  # no CPU interpreter for Gluon: the CPU suite compiles for sm_90
+PAGE_SIZES = (16, 32, 64)
+CHECK_PAGE_SIZES = (16, 64)
+CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8})
+BLOCK_M = 64
+DEFAULT_CONFIG = {"BLOCK_N": 64, "kv_splits": 0}
+BLOCK_N_CHOICES = (32, 64)
+LOG2E = 1.4426950408889634
+LN2 = gl.constexpr(0.6931471805599453)
+
+
+@gluon.jit
+def copy_rows(smem, base, rows, row_stride, COLS: gl.constexpr, layout: gl.constexpr):
+    """cp.async of ``COLS`` columns starting at ``base`` of each row in ``rows`` into ``smem``."""
+    cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+    offsets = gl.expand_dims(rows * row_stride, 1) + gl.expand_dims(cols, 0)
+    async_copy.async_copy_global_to_shared(smem, base + offsets)
+
+
+@gluon.jit
+def pool_rows(table, tile_start, seq_len, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+    """Pool rows of positions [tile_start, +BLOCK_N) of one request, clamped to its last row."""
+    positions = gl.minimum(tile_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout)), seq_len - 1)
+    page = gl.load(table + positions // PAGE_SIZE)
+    return page.to(gl.int64) * PAGE_SIZE + positions % PAGE_SIZE
+
+
+def unsupported_reason(shape: ProblemShape) -> str | None:
+    if shape.device.type != "cuda":
+        return f"needs a CUDA Hopper GPU (wgmma, sm_90), got {shape.device}"
+    major, minor = torch.cuda.get_device_capability(shape.device)
+    if major != 9:
+        return f"needs a Hopper GPU (wgmma, sm_90), got sm_{major}{minor}"
+    if (shape.head_dim, shape.v_dim) != (576, 512):
+        return f"needs the MLA head (Dqk 576, v_dim 512), got Dqk {shape.head_dim}, v_dim {shape.v_dim}"
+    if shape.page_size not in PAGE_SIZES:
+        return f"page_size must be one of {PAGE_SIZES}, got {shape.page_size}"
+    return None
+
+
+def complete_config(config: dict, shape: ProblemShape) -> dict:
+    """Check BLOCK_N and fill ``kv_splits`` = 0 (auto) from shapes alone."""
+    if config["BLOCK_N"] not in BLOCK_N_CHOICES:
+        raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
+    if not config["kv_splits"]:
+        # One CTA per SM (224 KB of shared memory at BLOCK_N 64): as many splits as fill one wave.
+        splits = choose_kv_splits(shape, BLOCK_M, config["BLOCK_N"], sm_count(shape.device), ctas_per_sm=1,
+                                  one_wave=True)
+        config = {**config, "kv_splits": splits}
+    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
+        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
+    return config
