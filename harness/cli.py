@@ -34,8 +34,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. A subcommand refuses bad input with ``SystemExit("vk <command>: ...")``:
+    that is one line on stderr and exit status 2, as argparse's own errors are."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except SystemExit as error:
+        if isinstance(error.code, str):
+            print(error.code, file=sys.stderr)
+            return 2
+        raise
 
 
 def run() -> None:

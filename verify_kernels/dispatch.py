@@ -1,7 +1,8 @@
 """Run-time dispatch for ``variant="auto"``: the tuned winner for this GPU and shape bucket.
 
-Tuned records live in ``results/tuned/<gpu-sku>.yaml`` (written by ``vk tune``), one entry per key
-(variant, GPU, L bucket, T, H, page size, dtype). The choice uses shapes only, so it is
+Tuned records ship with the package in ``verify_kernels/tuned/<gpu-sku>.yaml`` (``VK_TUNED_DIR``
+overrides the folder), one entry per key (variant, GPU, L bucket, T, H, page size, dtype). ``vk tune``
+writes measured winners under ``results/tuned/``; ``vk tuned --publish`` copies them here. The choice uses shapes only, so it is
 graph-safe: the L bucket comes from the block table's capacity (max_pages x page_size), the
 largest power of two not above it, because prefix_lens lives on the device.
 """
@@ -17,7 +18,8 @@ import torch
 
 from .contract import ProblemShape
 
-TUNED_DIR = Path(os.environ.get("VK_TUNED_DIR", Path(__file__).resolve().parent.parent / "results" / "tuned"))
+SHIPPED_TUNED_DIR = Path(__file__).resolve().parent / "tuned"
+TUNED_DIR = Path(os.environ.get("VK_TUNED_DIR") or SHIPPED_TUNED_DIR)
 MIN_BUCKET = 1024
 _warned: set = set()
 

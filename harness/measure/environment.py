@@ -13,21 +13,39 @@ from pathlib import Path
 
 import torch
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-SOURCE_DIRS = ("verify_kernels",)
+import verify_kernels
+
+LIBRARY_DIR = Path(verify_kernels.__file__).resolve().parent
 SOURCE_SUFFIXES = (".py", ".cu", ".cuh")
 
 
 @lru_cache(maxsize=None)
 def source_hash() -> str:
-    """sha256 (first 16 hex) over the kernel sources: a record is stale when this changes."""
+    """sha256 (first 16 hex) over the library's sources: a record is stale when this changes."""
     digest = hashlib.sha256()
-    for directory in SOURCE_DIRS:
-        for path in sorted((PACKAGE_ROOT / directory).rglob("*")):
-            if path.suffix in SOURCE_SUFFIXES and "__pycache__" not in path.parts:
-                digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode())
-                digest.update(path.read_bytes())
+    for path in sorted(LIBRARY_DIR.rglob("*")):
+        if path.suffix in SOURCE_SUFFIXES and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(LIBRARY_DIR.parent).as_posix().encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+@lru_cache(maxsize=None)
+def git_commit() -> dict:
+    """The checkout's commit and whether its tracked files differ from it (None outside a git
+    checkout, e.g. an installed wheel): with ``command``, what reproduces a record."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(LIBRARY_DIR.parent), *args], capture_output=True, text=True,
+                                  timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    if git("rev-parse", "--show-toplevel") != str(LIBRARY_DIR.parent):
+        return {"commit": None, "dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
 
 
 def _version(package: str) -> str | None:
@@ -58,6 +76,8 @@ def describe_environment() -> dict:
         "cupy": _version("cupy"),
         "optuna": _version("optuna"),
         "source_hash": source_hash(),
+        "git_commit": git_commit()["commit"],
+        "git_dirty": git_commit()["dirty"],
         "host": platform.node(),
     }
     if torch.cuda.is_available():

@@ -15,25 +15,49 @@ def cmd_tune(args) -> int:
     return run_tune(args, sys.argv[1:])
 
 
-def cmd_tuned(args) -> int:
-    import yaml
-
-    from harness.tune.study import check_winners, winners_path
+def tuned_tables(args) -> list[tuple[str, Path]]:
+    """(kind, path) of the tables ``vk tuned`` shows: --file, else every measured table under
+    results/tuned/ and every table shipped in the package (verify_kernels/tuned/)."""
+    from verify_kernels.dispatch import SHIPPED_TUNED_DIR
 
     from harness.tune.study import TUNED_DIR
 
-    paths = [args.file] if args.file else sorted(TUNED_DIR.glob("*.yaml")) or [winners_path()]
+    if args.file:
+        if not args.file.is_file():
+            raise SystemExit(f"vk tuned: --file: no such file: {args.file}")
+        return [("given", args.file)]
+    return ([("measured", path) for path in sorted(TUNED_DIR.glob("*.yaml"))] +
+            [("shipped", path) for path in sorted(SHIPPED_TUNED_DIR.glob("*.yaml"))])
+
+
+def cmd_tuned(args) -> int:
+    import yaml
+
+    from harness.tune.study import check_winners, publish_winners
+
+    tables = tuned_tables(args)
+    if args.publish:
+        if args.file is None:
+            raise SystemExit("vk tuned: --publish needs --file, the measured table to ship (results/tuned/<gpu>.yaml)")
+        stale = check_winners(args.file)
+        if stale:
+            print("\n".join(stale))
+            raise SystemExit(f"vk tuned: --publish: {len(stale)} stale records in {args.file}; re-tune them first")
+        print(f"published {publish_winners(args.file)}")
+        return 0
     if args.check:
-        stale = [line for path in paths for line in check_winners(path)]
+        stale = [line for _, path in tables for line in check_winners(path)]
         for line in stale:
             print(line)
-        names = ", ".join(str(p) for p in paths)
+        names = ", ".join(str(path) for _, path in tables) or "(no tables)"
         print(f"ok: every tuned record in {names} matches the current source" if not stale else
               f"{len(stale)} stale records")
-        return 1 if stale else 0
-    for path in paths:
-        print(f"# {path}")
-        print(yaml.safe_dump(yaml.safe_load(path.read_text()) if path.exists() else {}, sort_keys=True))
+        return 1 if stale or not tables else 0
+    if not tables:
+        print("no tuned tables: `vk tune` writes results/tuned/<gpu>.yaml; `vk tuned --publish --file ...` ships one")
+    for kind, path in tables:
+        print(f"# {kind}: {path}")
+        print(yaml.safe_dump(yaml.safe_load(path.read_text()) or {}, sort_keys=True))
     return 0
 
 
@@ -78,10 +102,13 @@ def add_commands(sub) -> None:
     tune.add_argument("--no-progress", action="store_true")
     tune.set_defaults(func=cmd_tune)
 
-    tuned = sub.add_parser("tuned", help="show tuned winners (every results/tuned/*.yaml); --check fails on stale "
-                                         "source hashes")
-    tuned.add_argument("--check", action="store_true")
-    tuned.add_argument("--file", type=Path)
+    tuned = sub.add_parser("tuned", help="show tuned winners: measured (results/tuned/) and shipped (verify_kernels/tuned/)",
+                           description="Show the tuned winner tables: those vk tune measured under results/tuned/ and "
+                                       "those the package ships for variant='auto' (verify_kernels/tuned/).")
+    tuned.add_argument("--check", action="store_true", help="exit 1 when a record's kernel source hash is stale")
+    tuned.add_argument("--file", type=Path, help="one table instead of all of them")
+    tuned.add_argument("--publish", action="store_true",
+                       help="copy --file (a measured table) into the package, where variant='auto' reads it")
     tuned.set_defaults(func=cmd_tuned)
 
     quality = sub.add_parser("tune-quality", help="trials TPE needs to reach the exhaustive best (replayed)")

@@ -313,6 +313,19 @@ def neighbour_winners(path: Path, key: TuneKey) -> list[dict]:
     return [w["config"] for w in same[:1]]
 
 
+def publish_winners(path: Path) -> Path:
+    """Copy a measured winners table into the package (verify_kernels/tuned/), where
+    ``variant="auto"`` reads it; returns where it went."""
+    import shutil
+
+    from verify_kernels.dispatch import SHIPPED_TUNED_DIR
+
+    SHIPPED_TUNED_DIR.mkdir(parents=True, exist_ok=True)
+    target = SHIPPED_TUNED_DIR / path.name
+    shutil.copyfile(path, target)
+    return target
+
+
 def check_winners(path: Path) -> list[str]:
     """Stale records: those whose variant's kernel sources changed since they were measured."""
     import yaml

@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from harness.measure.environment import PACKAGE_ROOT
+from harness.measure.environment import LIBRARY_DIR
 
 
 class TrialProcess:
@@ -28,10 +28,10 @@ class TrialProcess:
 
     def _start(self) -> None:
         self._stderr = tempfile.TemporaryFile(mode="w+")
-        path = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))
+        path = os.pathsep.join(filter(None, [str(LIBRARY_DIR.parent), os.environ.get("PYTHONPATH")]))  # where harness is
         self._process = subprocess.Popen([sys.executable, "-m", "harness.tune.worker"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                         text=True, cwd=PACKAGE_ROOT, env={**os.environ, "PYTHONPATH": path})
+                                         text=True, env={**os.environ, "PYTHONPATH": path})
 
     def _stderr_tail(self) -> str:
         self._stderr.seek(0)
