@@ -12,16 +12,13 @@
 # COMPILE=1 passes --compile-layers (torch.compile around attention in every layer),
 # BATCH_INVARIANT=1 passes --batch-invariant-greedy (also compare with greedy padded to the budget).
 # Longest contexts first, so a run cut by its time limit loses the cheap rows.
-set -uo pipefail
+. scripts/gpu_env.sh
 new=${1:-48}
 main_s=${MAIN_S:-300}; sweep_s=${SWEEP_S:-170}; contexts=${CONTEXTS:-185000,131072,32768,4096}
 sweep_contexts=${SWEEP_CONTEXTS:-131072,32768}
 compile=(); [ "${COMPILE:-0}" = 1 ] && compile=(--compile-layers)
 [ "${BATCH_INVARIANT:-0}" = 1 ] && compile+=(--batch-invariant-greedy)
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
-[ "${2:-}" = skip-tests ] || timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_decode.py 2>&1 \
+[ "${2:-}" = skip-tests ] || timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/decode 2>&1 \
   | tail -n 4 | tee "$OUT/pytest-decode-gpu-$sku.txt"
 [ "$main_s" = 0 ] || timeout "$main_s" python3 -m harness decode --preset k2-tp8 --context "$contexts" --budget 64 \
   "${compile[@]}" --variants triton_ps1 auto --new-tokens "$new" --drafter oracle --check-lossless --no-progress \

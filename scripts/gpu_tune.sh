@@ -8,19 +8,12 @@
 # Usage (repository root): bash scripts/gpu_tune.sh [configs measured per study, default 16] [seconds, default 560]
 # Within the time limit it goes as far as it gets and packs what it did; run it again (with the
 # returned results/tuned/optuna.db in place) and it resumes where it stopped: no trial is lost.
-set -uo pipefail
 trials=${1:-16}
 deadline=$(( $(date +%s) + ${2:-560} ))
 left() { local s=$(( deadline - $(date +%s) )); echo $(( s > 1 ? s : 1 )); }
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" results/tuned
-pack() { tar czf "$OUT/tuned.tgz" results/tuned results/static; }
+. scripts/gpu_env.sh
+mkdir -p results/tuned
+pack() { tar czf "$OUT/tuned.tgz" results/tuned results/static; }  # only what tuning writes
 python3 -m harness static --space --arch "$(python3 -c 'import torch; print("sm_120" if torch.cuda.get_device_capability()[0] >= 12 else "sm_90")')" \
   > results/tuned/static-space.txt 2>&1; tail -n 4 results/tuned/static-space.txt; pack
 timeout -s INT -k 15 "$(left)" python3 -m harness tune --variants triton_splitkv cuda_coalesced --prefix 4096,32768,131072 \
@@ -29,7 +22,8 @@ timeout -s INT -k 15 "$(left)" python3 -m harness tune --variants triton_splitkv
 # Exhaustive measurement of one key (every feasible config), then TPE replayed against it.
 timeout -s INT -k 15 "$(left)" python3 -m harness tune --variants cuda_coalesced --prefix 32768 --tree 64 --heads 8 --exhaustive \
   --rep-ms 50 --trial-timeout 120 --no-progress >> results/tuned/exhaustive.txt 2>&1; pack
-sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 python3 -m harness tune-quality --storage sqlite:///results/tuned/optuna.db \
   --study "cuda_coalesced|$sku|L32768|T64|H8|ps64|bfloat16|exhaustive" | tee results/tuned/quality.txt
 python3 -m harness tuned --check; pack
+# Ship the winners with the package (variant="auto" reads verify_kernels/tuned/):
+#   vk tuned --publish --file results/tuned/$sku.yaml

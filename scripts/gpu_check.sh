@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Correctness on the GPU host, in one go: the gpu-marked tests, vk check over the GPU case matrix
+# (every variant, pages 16/32/64, NaN-poisoned pools, ragged batches), and compute-sanitizer
+# memcheck and racecheck on cuda_coalesced's small adversarial shapes. Logs and records under
+# results/tests/, results/check/ and results/sanitizer/, packed into $OUT after each step.
+# Usage (repository root): bash scripts/gpu_check.sh [pytest seconds, default 300]
+. scripts/gpu_env.sh
+mkdir -p results/tests results/check results/sanitizer
+timeout "${1:-300}" python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -n 25 \
+  | tee "results/tests/pytest-gpu-$sku.txt"; pack
+rm -f "results/check/$sku.jsonl"
+python3 -m harness check --no-progress --out "results/check/$sku.jsonl" > "results/check/$sku.txt" 2>&1
+tail -n 1 "results/check/$sku.txt"; pack
+for tool in memcheck racecheck; do
+  compute-sanitizer --tool $tool --kernel-name regex:verify python3 scripts/sanitize_cuda.py \
+    > "results/sanitizer/$tool-cuda_coalesced-$sku.txt" 2>&1
+  grep -E "SUMMARY|FAIL" "results/sanitizer/$tool-cuda_coalesced-$sku.txt" | tail -n 3
+done
+pack

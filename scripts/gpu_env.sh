@@ -1,0 +1,15 @@
+# The preamble every GPU-host script sources (repository root): wheels that travelled in .whl/
+# (optuna and friends, ../shared/gpu/README.md), the import path, $OUT, the GPU's SKU, and pack,
+# which tars results/ into $OUT after each step so a run cut short keeps what it finished.
+#   . scripts/gpu_env.sh
+set -uo pipefail
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
+sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
+pack() { tar czf "$OUT/results.tgz" "${@:-results}"; }
