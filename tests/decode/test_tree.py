@@ -109,7 +109,7 @@ def test_greedy_path_on_the_device_equals_the_walk(seed):
 def test_gpu_compiled_greedy_path_equals_the_walk():
     """The decode loop's walk on the GPU goes through torch.compile (commit_graph.py): on random
     padded trees it must give walk()'s path and bonus, and the eager function's exact result."""
-    from harness.decode.commit_graph import _compiled_greedy_path
+    from harness.decode.commit_graph import _compiled_greedy_path, walk_result
     from harness.decode.tree import DraftTree, greedy_path
 
     bucket = 64
@@ -125,8 +125,10 @@ def test_gpu_compiled_greedy_path_equals_the_walk():
         mask = trees.ancestor_words(padded[1].tolist())
         tree = tuple(t.cuda() for t in (*padded, mask, torch.tensor([count])))
         compiled = compiled or _compiled_greedy_path(tree)
-        assert compiled is not greedy_path, "torch.compile fell back to eager"
-        result = compiled(*tree)
-        assert torch.equal(result, greedy_path(*tree))
+        assert compiled is not walk_result, "torch.compile fell back to eager"
+        result = compiled(*tree)  # walk_result: greedy_path's [T + 2], then the path's tokens [T] and the count
+        assert torch.equal(result, walk_result(*tree))
+        assert torch.equal(result[:bucket + 2], greedy_path(*tree))
         values = result.tolist()
         assert (values[:values[bucket]], values[bucket + 1]) == expected
+        assert values[bucket + 2:2 * bucket + 2] == padded[0][values[:bucket]].tolist() and values[-1] == count
