@@ -3,6 +3,12 @@
     python scripts/kernel_ptx_digest.py > before.json   # at one commit (any checkout)
     python scripts/kernel_ptx_digest.py > after.json    # at another
     diff before.json after.json                          # empty: the same PTX at every config
+    python scripts/kernel_ptx_digest.py --tuned T.yaml --restamp before.json   # then re-stamp T's records
+
+``--restamp`` gives a tuned table's records the current kernel source hash where every kernel of the
+record's config compiles to the same PTX now as in ``before.json`` (a digest made at the records'
+source), and notes where the stamp came from. Host-side launch code is not compared: use it only
+after a change that leaves the launches alone (say so in the commit).
 
 For each variant with an offline compile path, its default config, its CHECK_CONFIGS and every
 config of a tuned table (``--tuned``) are compiled for sm_90 (and sm_120 where the variant
@@ -59,6 +65,7 @@ def cuda_ptx(source: Path, macros: dict, arch: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuned", type=Path, nargs="*", default=[], help="tuned winner tables (YAML)")
+    parser.add_argument("--restamp", type=Path, help="a digest JSON made at the tuned records' source")
     args = parser.parse_args()
     import yaml
 
@@ -84,7 +91,36 @@ def main() -> None:
                     continue
                 for spec in module.kernel_specs(config):
                     digests[f"{name}|{arch}|{key}|{spec.name}"] = normalized_digest(triton_ptx(spec, arch))
-    print(json.dumps(digests, indent=1, sort_keys=True))
+    if args.restamp:
+        restamp(args.tuned, json.loads(args.restamp.read_text()), digests, args.restamp)
+    else:
+        print(json.dumps(digests, indent=1, sort_keys=True))
+
+
+def restamp(tables: list[Path], before: dict, after: dict, before_path: Path) -> None:
+    import yaml
+
+    from harness.static.space import kernel_source_hash
+    from verify_kernels import variants
+
+    for path in tables:
+        records = yaml.safe_load(path.read_text()) or {}
+        for key, record in records.items():
+            base = dict(variants.load_variant(record["variant"]).DEFAULT_CONFIG)
+            prefix = f"{record['variant']}|"
+            config = json.dumps({**base, **record["config"]}, sort_keys=True)
+            mine = [k for k in after if k.startswith(prefix) and k.split("|")[2] == config]
+            same = bool(mine) and all(before.get(k) == after[k] for k in mine)
+            current = kernel_source_hash(record["variant"])
+            if not same or record["kernel_source_hash"] == current:
+                print(f"{key}: {'unchanged' if same else 'PTX differs or missing: left stale'}")
+                continue
+            record["restamped"] = {"from_kernel_source_hash": record["kernel_source_hash"],
+                                   "why": f"identical PTX for {len(mine)} kernel/arch pairs of this config "
+                                          f"(scripts/kernel_ptx_digest.py against {before_path.name})"}
+            record["kernel_source_hash"] = current
+            print(f"{key}: restamped {record['restamped']['from_kernel_source_hash']} -> {current}")
+        path.write_text(yaml.safe_dump(records, sort_keys=True))
 
 
 if __name__ == "__main__":
