@@ -2,6 +2,8 @@
 # (optuna and friends, ../shared/gpu/README.md), the import path, $OUT, the GPU's SKU, and pack,
 # which tars results/ into $OUT after each step so a run cut short keeps what it finished.
 #   . scripts/gpu_env.sh
+# Records carry the checkout's git commit; where the host's copy of .git is stale, start the call
+# with VK_GIT_COMMIT=<the commit sent> (harness/measure/environment.py).
 set -uo pipefail
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1

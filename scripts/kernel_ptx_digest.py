@@ -115,7 +115,8 @@ def restamp(tables: list[Path], before: dict, after: dict, before_path: Path) ->
             if not same or record["kernel_source_hash"] == current:
                 print(f"{key}: {'unchanged' if same else 'PTX differs or missing: left stale'}")
                 continue
-            record["restamped"] = {"from_kernel_source_hash": record["kernel_source_hash"],
+            measured_at = record.get("restamped", {}).get("from_kernel_source_hash", record["kernel_source_hash"])
+            record["restamped"] = {"from_kernel_source_hash": measured_at,  # the hash it was measured at
                                    "why": f"identical PTX for {len(mine)} kernel/arch pairs of this config "
                                           f"(scripts/kernel_ptx_digest.py against {before_path.name})"}
             record["kernel_source_hash"] = current

@@ -41,18 +41,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from . import gluon_common
-from .gluon_common import BLOCK_M, LN2, LOG2E, copy_rows, pool_rows
+from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE,
+                           DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, complete_config, copy_rows, pool_rows,
+                           unsupported_reason)
 
-# The variant interface, shared with the other Gluon variant.
-CPU_INTERPRETABLE = gluon_common.CPU_INTERPRETABLE
-PAGE_SIZES = gluon_common.PAGE_SIZES
-CHECK_PAGE_SIZES = gluon_common.CHECK_PAGE_SIZES
-CHECK_CONFIGS = gluon_common.CHECK_CONFIGS
-DEFAULT_CONFIG = gluon_common.DEFAULT_CONFIG
-BLOCK_N_CHOICES = gluon_common.BLOCK_N_CHOICES
-unsupported_reason = gluon_common.unsupported_reason
-complete_config = gluon_common.complete_config
+# The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma comes from gluon_common.
+__all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRETABLE", "DEFAULT_CONFIG",
+           "PAGE_SIZES", "complete_config", "kernel_specs", "offline_arch_problem", "run", "unsupported_reason"]
 
 PARTITION_WARPS = 4  # each partition is one warpgroup; the CTA has 8 warps
 WORKER_REGISTERS = 232

@@ -9,7 +9,6 @@ nor CuPy. The harness reads a variant only through the names below: the required
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 

@@ -1,8 +1,12 @@
-"""``vk ceilings``, ``vk env``: this GPU's measured ceilings and the environment a record carries."""
+"""``vk ceilings``, ``vk env``, ``vk index``: this GPU's measured ceilings, the environment a record
+carries, and the index of record files."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+from harness.arguments import results_root
 
 
 
@@ -34,6 +38,19 @@ def cmd_env(args) -> int:
     return 0
 
 
+def cmd_index(args) -> int:
+    from harness.measure.records import format_index, records_index
+
+    root = args.root or results_root()
+    if not root.is_dir():
+        raise SystemExit(f"vk index: --root: no such folder: {root}")
+    text = format_index(records_index(root), root)
+    out = args.out or root / "FILES.md"
+    out.write_text(text)
+    print(f"wrote {out} ({text.count(chr(10)) - 5} record files)")
+    return 0
+
+
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     ceilings = sub.add_parser("ceilings", help="measure (or show cached) copy bandwidth and matmul rate")
@@ -42,3 +59,10 @@ def add_commands(sub) -> None:
 
     env = sub.add_parser("env", help="print the environment a record carries")
     env.set_defaults(func=cmd_env)
+
+    index = sub.add_parser("index", help="the index of record files (results/FILES.md), generated from the records",
+                           description="Write a markdown table of every JSONL record file under the results folder: "
+                                       "records, kinds, commits, dates and the command that wrote them.")
+    index.add_argument("--root", type=Path, help="results folder (default ./results or $VK_RESULTS_DIR)")
+    index.add_argument("--out", type=Path, help="markdown file (default ROOT/FILES.md)")
+    index.set_defaults(func=cmd_index)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import importlib.metadata
 import platform
 import shlex
@@ -33,7 +34,11 @@ def source_hash() -> str:
 @lru_cache(maxsize=None)
 def git_commit() -> dict:
     """The checkout's commit and whether its tracked files differ from it (None outside a git
-    checkout, e.g. an installed wheel): with ``command``, what reproduces a record."""
+    checkout, e.g. an installed wheel): with ``command``, what reproduces a record. ``VK_GIT_COMMIT``
+    overrides it where the checkout's .git is not the tree's (a copy sent to a GPU host with a
+    stale .git reports that one's HEAD)."""
+    if os.environ.get("VK_GIT_COMMIT"):
+        return {"commit": os.environ["VK_GIT_COMMIT"], "dirty": None}
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", str(LIBRARY_DIR.parent), *args], capture_output=True, text=True,

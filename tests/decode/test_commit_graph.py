@@ -5,7 +5,7 @@ import torch
 
 from harness.decode.kv_pool import PagedKVCache
 
-from decode_setup import _setup, tiny_model  # noqa: F401 (a fixture)
+from decode_setup import tiny_model  # noqa: F401 (tiny_model: a fixture)
 
 
 def test_accepted_commit_moves_the_path_in_every_layer(tiny_model):

@@ -5,7 +5,7 @@ import statistics
 import subprocess
 import sys
 
-from decode_setup import _setup, _vk_decode_tiny_cpu, tiny_model  # noqa: F401 (a fixture)
+from decode_setup import _vk_decode_tiny_cpu
 
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from decode_setup import _setup, _vk_decode_tiny_cpu, tiny_model  # noqa: F401 (a fixture)
+from decode_setup import _vk_decode_tiny_cpu
 
 
 def test_decode_report_table_speedups_and_plots(tmp_path):

@@ -6,7 +6,7 @@ import torch
 
 from harness.decode.drafters import NgramDrafter, OracleDrafter
 
-from decode_setup import _setup, _vk_decode_tiny_cpu, tiny_model  # noqa: F401 (a fixture)
+from decode_setup import _vk_decode_tiny_cpu
 
 
 def test_oracle_ranks_the_true_token_first_at_the_calibrated_rate():

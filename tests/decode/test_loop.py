@@ -13,7 +13,7 @@ from harness.decode.run import build_model, build_setup, decode_once, greedy_ref
 from harness.decode.target_runner import TargetRunner
 
 from conftest import HAS_CUDA
-from decode_setup import _setup, tiny_model  # noqa: F401 (a fixture)
+from decode_setup import _setup, tiny_model  # noqa: F401 (tiny_model: a fixture)
 
 
 @pytest.mark.parametrize("context, page_size", [(0, 1), (37, 16), (130, 64), (64, 64)])

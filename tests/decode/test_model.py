@@ -8,7 +8,7 @@ from harness.decode.loop import greedy_decode
 from harness.decode.model import PRESETS, MLAModel, load_weights, random_weights, to_deepseek_tensors
 from harness.decode.target_runner import TargetRunner
 
-from decode_setup import _setup, tiny_model  # noqa: F401 (a fixture)
+from decode_setup import _setup, tiny_model  # noqa: F401 (tiny_model: a fixture)
 
 
 def test_weights_round_trip_through_safetensors(tmp_path, tiny_model):
