@@ -16,9 +16,70 @@ def results_root() -> Path:
 
 def int_list(text: str) -> list[int]:
     try:
-        return [int(x) for x in text.split(",") if x]
+        values = [int(x) for x in text.split(",") if x]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
+    return values
+
+
+def int_list_in(low: int, high: int | None = None):
+    """``int_list`` whose every value lies in [low, high]: range-checked when the flag is parsed."""
+    def parse(text: str) -> list[int]:
+        values = int_list(text)
+        bad = [v for v in values if v < low or (high is not None and v > high)]
+        if bad:
+            raise argparse.ArgumentTypeError(f"expected integers {_range(low, high)}, got {text!r}")
+        return values
+    return parse
+
+
+def int_in(low: int, high: int | None = None):
+    """An int in [low, high]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected an integer {_range(low, high)}, got {value}")
+        return value
+    return parse
+
+
+def float_at_least(low: float, *, strict: bool = False):
+    """A finite float >= low (> low when ``strict``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (value > low if strict else value >= low) or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a finite number {'>' if strict else '>='} {low:g}, got {text!r}")
+        return value
+    return parse
+
+
+def _range(low: int, high: int | None) -> str:
+    return f"in {low}..{high}" if high is not None else f">= {low}"
+
+
+# Help for flags many subcommands share, filled in where a subcommand gives none.
+COMMON_HELP = {
+    "--no-progress": "no progress bar",
+    "--json": "print JSON instead of a table",
+    "--seed": "random seed",
+    "--dtype": "data type of q and the KV cache",
+    "--device": "cpu or cuda (default: cuda when torch sees a GPU)",
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line on stderr (``vk decode: argument --budget: ...``), exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message}\n")
 
 
 def json_dict(text: str) -> dict:
@@ -36,6 +97,6 @@ def device_or_default(requested: str | None) -> str:
 
     if requested:
         if requested == "cuda" and not torch.cuda.is_available():
-            raise SystemExit("vk: --device cuda requested but torch sees no CUDA device")
+            raise SystemExit("vk: --device: cuda requested, but torch sees no CUDA device on this machine")
         return requested
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.arguments import COMMON_HELP, OneLineParser
 from harness.bench import cli as bench_cli
 from harness.decode import cli as decode_cli
 from harness.measure import cli as measure_cli
@@ -26,10 +27,17 @@ COMMAND_GROUPS = (bench_cli, static_cli, tune_cli, decode_cli, measure_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vk", description="Tree-verify attention: check, benchmark, tune.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="vk", description="Tree-verify attention: check, benchmark, tune.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     for group in COMMAND_GROUPS:
         group.add_commands(sub)
+    for name, command in sub.choices.items():
+        help_text = next(action.help for action in sub._choices_actions if action.dest == name)
+        command.description = command.description or help_text[:1].upper() + help_text[1:] + "."
+        command.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+        for action in command._actions:
+            if action.option_strings and not action.help:
+                action.help = COMMON_HELP.get(action.option_strings[0], " ")
     return parser
 
 

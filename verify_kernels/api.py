@@ -68,7 +68,7 @@ def verify_attention(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_sca
     module = variants.load_variant(name)
     resolved = variants.resolve_config(name, module, config if config is not None else tuned_config, shape)
     if out is None:
-        out = torch.empty(shape.batch, shape.tree_nodes, shape.heads, v_dim, dtype=q.dtype, device=q.device)
-    module.run(q, kv_cache, block_table, prefix_lens, tree_mask, sm_scale=float(sm_scale), v_dim=v_dim,
+        out = torch.empty(shape.batch, shape.tree_nodes, shape.heads, shape.v_dim, dtype=q.dtype, device=q.device)
+    module.run(q, kv_cache, block_table, prefix_lens, tree_mask, sm_scale=float(sm_scale), v_dim=shape.v_dim,
                out=out, config=resolved)
     return out

@@ -15,6 +15,8 @@ runs inside CUDA-graph capture; :func:`check_values` reads values (a host sync) 
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass
 
 import torch
@@ -130,11 +132,13 @@ def check_arguments(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scal
     if tree_mask.stride(-1) != 1:
         raise ValueError(f"tree_mask: expected a contiguous last dimension, got strides {tree_mask.stride()}")
 
-    if isinstance(v_dim, bool) or not isinstance(v_dim, int):
+    # NumPy and other integral / real scalars are numbers too; bools are not.
+    if isinstance(v_dim, bool) or not isinstance(v_dim, numbers.Integral):
         raise TypeError(f"v_dim: expected an int, got {type(v_dim).__name__}")
+    v_dim = int(v_dim)
     if not 1 <= v_dim <= head_dim:
         raise ValueError(f"v_dim: expected 1 <= v_dim <= Dqk = {head_dim}, got {v_dim}")
-    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)):
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
         raise TypeError(f"sm_scale: expected a float, got {type(sm_scale).__name__}")
     if not (0.0 < float(sm_scale) < float("inf")):
         raise ValueError(f"sm_scale: expected a positive finite float, got {sm_scale}")

@@ -9,6 +9,7 @@ nor CuPy. The harness reads a variant only through the names below: the required
 from __future__ import annotations
 
 import importlib
+import numbers
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
@@ -80,5 +81,10 @@ def resolve_config(name: str, module: ModuleType, config: dict | None, shape) ->
         unknown = sorted(set(config) - set(merged))
         if unknown:
             raise ValueError(f"config: unknown keys {unknown} for variant {name!r}; expected keys {sorted(merged)}")
-        merged.update(config)
+        for key, value in config.items():
+            default = merged[key]
+            if isinstance(default, int) and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+                raise TypeError(f"config: {key} must be an int (like its default {default!r}) for variant {name!r}, "
+                                f"got {value!r} ({type(value).__name__})")
+            merged[key] = int(value) if isinstance(default, int) else value
     return optional(module, "complete_config")(merged, shape)

@@ -20,12 +20,42 @@ def run_check(variant_names: list[str], cases: list[Case], *, device: str, progr
     return results
 
 
-def format_table(results: list[CaseResult]) -> str:
-    rows = [(r.variant, r.case, r.shape, r.page_size, _format_config(r.config),
-             "-" if r.status == "skip" or r.rel_error == float("inf") else f"{r.rel_error:.2e}",
-             f"{r.tolerance:g}", r.status.upper(), r.reason[:80]) for r in results]
-    return tabulate(rows, headers=["variant", "case", "shape", "page", "config", "rel_error", "tol", "result",
-                                   "reason"])
+def format_table(results: list[CaseResult], width: int = 120) -> str:
+    """The cases that ran (passed or failed), in ``width`` columns; skips are summarised apart."""
+    ran = [r for r in results if r.status != "skip"]
+    rows = [(r.variant, r.case, r.page_size, _format_config(r.config)[:24],
+             "-" if r.rel_error == float("inf") else f"{r.rel_error:.1e}", f"{r.tolerance:g}", r.status.upper(),
+             r.reason) for r in ran]
+    headers = ["variant", "case", "page", "config", "rel_err", "tol", "result", "reason"]
+    table = tabulate(rows, headers=headers)
+    room = max(20, width - max((len(line) - len(rows[i - 2][-1]) if i >= 2 else 0)
+                                for i, line in enumerate(table.splitlines())) if rows else width)
+    rows = [(*row[:-1], _shorten(row[-1], room)) for row in rows]
+    return tabulate(rows, headers=headers) if rows else "(no case ran)"
+
+
+def summary(results: list[CaseResult]) -> list[str]:
+    """One line per variant: how many cases ran, passed and failed, or why it was skipped."""
+    lines = []
+    for name in dict.fromkeys(r.variant for r in results):
+        mine = [r for r in results if r.variant == name]
+        ran = [r for r in mine if r.status != "skip"]
+        skipped = [r for r in mine if r.status == "skip"]
+        text = f"{name}: ran {len(ran)} ({sum(r.passed for r in ran)} passed, {sum(r.status == 'fail' for r in ran)} failed)"
+        if skipped:
+            reasons = sorted({r.reason.split("does not support this problem: ", 1)[-1].split(". Variants that do")[0]
+                              for r in skipped})
+            text += f", skipped {len(skipped)}: " + "; ".join(reasons)
+        lines.append(_shorten(text, 120))
+    return lines
+
+
+def _shorten(text: str, width: int) -> str:
+    """``text`` cut at a word boundary to ``width`` characters, with an ellipsis if cut."""
+    if len(text) <= width:
+        return text
+    cut = text[:width - 3].rsplit(" ", 1)[0]
+    return (cut or text[:width - 3]) + "..."
 
 
 def _format_config(config: dict) -> str:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
-from harness.arguments import device_or_default, int_list, json_dict, results_root
-
-import os
+from harness.arguments import device_or_default, float_at_least, int_in, int_list_in, json_dict, results_root
 
 BENCH_DEFAULTS = {"prefix": [4096, 32768, 131072], "tree": [16, 64], "heads": [8], "page_size": [64],
                   "batch": 1, "dtype": "bfloat16", "mode": "events", "rep_ms": 200.0, "repeat": 1}
@@ -20,30 +19,34 @@ def cmd_check(args) -> int:
         # Must be set before any Triton kernel module is imported (variants import lazily).
         os.environ["TRITON_INTERPRET"] = "1"
     from harness.bench.cases import cpu_cases, gpu_cases
-    from harness.bench.check import all_variants, format_table, run_check
+    from harness.bench.check import all_variants, format_table, run_check, summary
+    from harness.measure.environment import gpu_sku
     from harness.measure.records import append_records, make_record
 
+    names = args.variants or all_variants()
+    unknown = sorted(set(names) - set(all_variants()))
+    if unknown:
+        raise SystemExit(f"vk check: --variants: unknown {unknown}; the variants are {all_variants()}")
+    matrix = cpu_cases() if (device == "cpu" or args.quick) else gpu_cases()
+    cases = [c for c in matrix if not args.cases or c.name in args.cases]
+    if not cases:
+        raise SystemExit(f"vk check: --cases: no case named {sorted(args.cases)}; the cases are "
+                         f"{sorted(c.name for c in matrix)}")
     if device == "cpu":
         print("vk check: no CUDA device; running the Triton variants under TRITON_INTERPRET=1 "
               "on small shapes (the CPU case matrix).", file=sys.stderr)
-    names = args.variants or all_variants()
-    cases = cpu_cases() if (device == "cpu" or args.quick) else gpu_cases()
-    if args.cases:
-        wanted = set(args.cases)
-        cases = [c for c in cases if c.name in wanted]
-        if not cases:
-            raise SystemExit(f"vk check: no case named {sorted(wanted)}")
     results = run_check(names, cases, device=device, progress=not args.no_progress)
-    if args.out:
-        append_records(args.out, [make_record("check", r.as_record()) for r in results])
+    out = args.out or results_root() / "check" / f"{gpu_sku() if device == 'cuda' else 'cpu'}.jsonl"
+    append_records(out, [make_record("check", r.as_record()) for r in results])
     if args.json:
         print(json.dumps([r.as_record() for r in results], indent=1))
     else:
         print(format_table(results))
+        print("\n" + "\n".join(summary(results)))
     failed = [r for r in results if r.status == "fail"]
     passed = sum(r.passed for r in results)
     skipped = sum(r.status == "skip" for r in results)
-    print(f"\n{passed} passed, {len(failed)} failed, {skipped} skipped ({device})")
+    print(f"\n{passed} passed, {len(failed)} failed, {skipped} skipped ({device}); records appended to {out}")
     return 1 if failed or not passed else 0
 
 
@@ -94,12 +97,19 @@ def cmd_bench(args) -> int:
 
 
 def cmd_report(args) -> int:
+    import importlib.util
+
     from harness.bench.report import write_report
 
+    missing = [str(path) for path in args.inputs if not path.is_file()]
+    if missing:
+        raise SystemExit(f"vk report: inputs: no such file: {', '.join(missing)}")
     out = args.out or results_root() / "report" / args.inputs[0].stem
     markdown, images = write_report(args.inputs, out, args.title or f"Benchmarks: {args.inputs[0].stem}")
     print(markdown.read_text())
-    print(f"wrote {markdown} and {', '.join(str(i) for i in images)}")
+    print(f"wrote {markdown}" + (f" and {', '.join(str(i) for i in images)}" if images else ""))
+    if importlib.util.find_spec("matplotlib") is None:
+        print("vk report: no plots: they need matplotlib (pip install 'verify-kernels[plot]')", file=sys.stderr)
     return 0
 
 
@@ -110,7 +120,8 @@ def add_commands(sub) -> None:
     check.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
     check.add_argument("--quick", action="store_true", help="the small CPU case matrix even on a GPU")
     check.add_argument("--cases", nargs="+", help="only these case names")
-    check.add_argument("--out", type=Path, help="append JSONL records here")
+    check.add_argument("--out", type=Path, help="append JSONL records here (default: results/check/<gpu or cpu>.jsonl "
+                                                "in the current directory, or under $VK_RESULTS_DIR)")
     check.add_argument("--json", action="store_true", help="print records as JSON instead of a table")
     check.add_argument("--no-progress", action="store_true")
     check.set_defaults(func=cmd_check)
@@ -119,17 +130,17 @@ def add_commands(sub) -> None:
     bench.add_argument("--sweep", type=Path, help="YAML file with any of the flags below (flags win)")
     bench.add_argument("--variants", nargs="+", help="default: all registered")
     bench.add_argument("--peers", nargs="*", help="peers to time beside them (default: all; none: --peers)")
-    bench.add_argument("--prefix", type=int_list, help="prefix lengths L (default 4096,32768,131072)")
-    bench.add_argument("--tree", type=int_list, help="tree sizes T (default 16,64)")
-    bench.add_argument("--heads", type=int_list, help="heads H (default 8)")
-    bench.add_argument("--page-size", type=int_list, help="page sizes (default 64; triton_ps1 always 1)")
-    bench.add_argument("--batch", type=int, help="requests per call (default 1)")
+    bench.add_argument("--prefix", type=int_list_in(0), help="prefix lengths L (default 4096,32768,131072)")
+    bench.add_argument("--tree", type=int_list_in(1, 1024), help="tree sizes T (default 16,64)")
+    bench.add_argument("--heads", type=int_list_in(1, 128), help="heads H (default 8)")
+    bench.add_argument("--page-size", type=int_list_in(1), help="page sizes (default 64; triton_ps1 always 1)")
+    bench.add_argument("--batch", type=int_in(1), help="requests per call (default 1)")
     bench.add_argument("--dtype", choices=["bfloat16", "float16"])
     bench.add_argument("--config", type=json_dict, action="append",
                        help='config overrides as JSON, e.g. \'{"BLOCK_M": 64}\'; repeat to sweep configs')
     bench.add_argument("--mode", choices=["events", "graph"], help="events (default) or CUDA-graph replay")
-    bench.add_argument("--rep-ms", type=float, help="time budget of timed calls per point (default 200)")
-    bench.add_argument("--repeat", type=int, help="time each point this many times (agreement check)")
+    bench.add_argument("--rep-ms", type=float_at_least(0, strict=True), help="time budget of timed calls per point (default 200)")
+    bench.add_argument("--repeat", type=int_in(1), help="time each point this many times (agreement check)")
     bench.add_argument("--out", type=Path, help="JSONL file (default results/bench/<gpu>.jsonl)")
     bench.add_argument("--no-progress", action="store_true")
     bench.set_defaults(func=cmd_bench)
@@ -137,5 +148,5 @@ def add_commands(sub) -> None:
     report = sub.add_parser("report", help="bench records -> markdown table and PNG plots")
     report.add_argument("inputs", nargs="+", type=Path, help="bench JSONL files")
     report.add_argument("--out", type=Path, help="output prefix (default results/report/<first input stem>)")
-    report.add_argument("--title")
+    report.add_argument("--title", help="the report's heading (default: Benchmarks: <first input>)")
     report.set_defaults(func=cmd_report)

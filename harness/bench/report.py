@@ -115,13 +115,16 @@ def write_report(paths: list[Path], out_prefix: Path, title: str) -> tuple[Path,
     """Write <prefix>.md and the plots; return their paths."""
     records = load_bench_records(paths)
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
-    images = plot(records, out_prefix)
+    try:
+        images = plot(records, out_prefix)
+    except ImportError:  # matplotlib is the `plot` extra: the table is written without the figures
+        images = []
     lines = [f"# {title}", "", conditions(records), "", markdown_table(records), ""]
     reasons = unavailable_reasons(records)
     if reasons:
         lines += ["Rows without a number:", "", *reasons, ""]
-    lines += [f"![latency]({images[0].name})", "", f"![roofline]({images[1].name})", "",
-              "Reproduce: " + "; ".join(sorted({f"`{r['command']}`" for r in records})), ""]
+    lines += [f"![{kind}]({image.name})\n" for kind, image in zip(("latency", "roofline"), images)]
+    lines += ["Reproduce: " + "; ".join(sorted({f"`{r['command']}`" for r in records})), ""]
     markdown = out_prefix.with_suffix(".md")
     markdown.write_text("\n".join(lines))
     return markdown, images

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.arguments import int_list, results_root
+from harness.arguments import float_at_least, int_in, int_list, int_list_in, results_root
 
 
 def cmd_decode(args) -> int:
@@ -42,15 +42,16 @@ def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     decode = sub.add_parser("decode", help="DDTree decode loop on an MLA model: step phases, tokens/s, lossless check")
     decode.add_argument("--preset", default="tiny", help="tiny (CPU tests) or k2-tp8 (one GPU's slice of Kimi K2 at TP8)")
-    decode.add_argument("--context", type=int_list, default=[0], help="random latent rows before the prompt (list)")
-    decode.add_argument("--budget", type=int_list, default=[64], help="tree nodes per step, root included (list)")
-    decode.add_argument("--new-tokens", type=int, default=64)
+    decode.add_argument("--context", type=int_list_in(0), default=[0], help="random latent rows before the prompt (list)")
+    decode.add_argument("--budget", type=int_list_in(1, 1024), default=[64], help="tree nodes per step, root included (list)")
+    decode.add_argument("--new-tokens", type=int_in(1), default=64, help="tokens to decode per run")
     decode.add_argument("--variants", "--variant", nargs="+",
                         help="attention variants (auto, triton_ps1, ...; reference = the float64 oracle, the CPU "
                              "default); triton_ps1 runs on a page_size=1 pool")
-    decode.add_argument("--drafter", choices=["oracle", "ngram"], default="oracle")
-    decode.add_argument("--block-size", type=int, default=16, help="drafted positions per step")
-    decode.add_argument("--temperature", type=float, default=0.0, help="> 0 samples the target at each node")
+    decode.add_argument("--drafter", choices=["oracle", "ngram"], default="oracle",
+                        help="oracle: follows the greedy run at a calibrated acceptance; ngram: the context's n-grams")
+    decode.add_argument("--block-size", type=int_in(1), default=16, help="drafted positions per step")
+    decode.add_argument("--temperature", type=float_at_least(0), default=0.0, help="> 0 samples the target at each node")
     decode.add_argument("--check-lossless", action="store_true",
                         help="compare with plain greedy decoding (CPU float32: must be identical)")
     decode.add_argument("--batch-invariant-greedy", action="store_true",
@@ -58,8 +59,8 @@ def add_commands(sub) -> None:
                              "GEMM shapes): separates bf16 shape noise from the tree's own effect")
     decode.add_argument("--greedy-variant", help="variant of the greedy reference run (default: the last of --variants)")
     decode.add_argument("--prompt", type=int_list, help="prompt token ids (default: --prompt-len random ids)")
-    decode.add_argument("--prompt-len", type=int, default=16)
-    decode.add_argument("--page-size", type=int, default=64)
+    decode.add_argument("--prompt-len", type=int_in(1), default=16, help="random prompt tokens (without --prompt)")
+    decode.add_argument("--page-size", type=int_in(1), default=64, help="KV pool page size (triton_ps1 always runs on 1)")
     decode.add_argument("--device", choices=["cpu", "cuda"])
     decode.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],
                         help="default: bfloat16 on the GPU, float32 on the CPU")
@@ -86,7 +87,7 @@ def add_commands(sub) -> None:
                              "all three run on the device in CUDA graphs and the host stays one step behind (greedy, "
                              "oracle drafter; phase timing overlapped only). Both: each run once per choice "
                              "(harness/decode/device_loop.py)")
-    decode.add_argument("--repeats", type=int, default=1,
+    decode.add_argument("--repeats", type=int_in(1), default=1,
                         help="runs of each (context, variant, budget, timing), back to back in one process, for the "
                              "run-to-run spread of the step (records carry ``repeat``)")
     decode.add_argument("--out", type=Path, help="append JSONL records here")
@@ -96,6 +97,6 @@ def add_commands(sub) -> None:
 
     decode_report = sub.add_parser("decode-report", help="decode records -> markdown table and plots")
     decode_report.add_argument("records", type=Path, nargs="+", help="JSONL files written by vk decode --out")
-    decode_report.add_argument("--out-dir", type=Path, default=results_root() / "decode")
-    decode_report.add_argument("--name", default="decode")
+    decode_report.add_argument("--out-dir", type=Path, default=results_root() / "decode", help="where the table and plots go")
+    decode_report.add_argument("--name", default="decode", help="file-name stem of the table and plots")
     decode_report.set_defaults(func=cmd_decode_report)

@@ -163,6 +163,8 @@ def run_matrix(args, command: str) -> list[dict]:
 
     from harness.measure.records import append_records, make_record
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("vk decode: --device: cuda requested, but torch sees no CUDA device on this machine")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device == "cuda" else torch.float32)
     variants_ = args.variants or (["auto"] if device == "cuda" else ["reference"])
@@ -266,7 +268,10 @@ def timing_suffix(record: dict) -> str:
 def _variant_label(record: dict) -> str:
     """The requested variant, with the kernel "auto" resolved to, and the timing suffix."""
     kernel = (record.get("kernel") or {}).get("variant")
-    label = record["variant"] if kernel in (None, record["variant"]) else f"{record['variant']} ({kernel})"
+    if record["variant"] == "reference":
+        label = "reference (float64 oracle)"  # no kernel ran: the oracle did the attention
+    else:
+        label = record["variant"] if kernel in (None, record["variant"]) else f"{record['variant']} ({kernel})"
     return label + timing_suffix(record)
 
 

@@ -13,10 +13,15 @@ from harness.arguments import results_root
 def cmd_ceilings(args) -> int:
     from harness.measure.roofline import load_ceilings, measure_ceilings, save_ceilings
 
+    import torch
+
     cached = load_ceilings()
     if cached and not args.remeasure:
         print(json.dumps(cached.__dict__, indent=1))
         return 0
+    if not torch.cuda.is_available():
+        raise SystemExit("vk ceilings: needs a CUDA GPU (it measures this GPU's copy bandwidth and matmul rates); "
+                         "torch sees none here")
     ceilings, procedure = measure_ceilings()
     try:
         from harness.measure.mma_ceiling import measure_mma_sync_tflops
@@ -54,7 +59,7 @@ def cmd_index(args) -> int:
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     ceilings = sub.add_parser("ceilings", help="measure (or show cached) copy bandwidth and matmul rate")
-    ceilings.add_argument("--remeasure", action="store_true")
+    ceilings.add_argument("--remeasure", action="store_true", help="measure again even when this GPU's ceilings are cached")
     ceilings.set_defaults(func=cmd_ceilings)
 
     env = sub.add_parser("env", help="print the environment a record carries")

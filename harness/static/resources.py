@@ -31,7 +31,7 @@ def static_rows(variant: str, arch: str, configs: list[dict] | None = None, *, a
             for name, usage in _resources(module, config, arch):
                 rows.append({**row, "kernel": name, **report(usage, arch, allow_spills)})
         except Exception as error:  # a compile failure or a broken rule is a rejection with its reason
-            rows.append({**row, "arch": arch, "feasible": False, "reason": f"compile: {str(error).splitlines()[0][:200]}"})
+            rows.append({**row, "arch": arch, "feasible": False, "reason": f"compile: {one_line(error)}"})
     return rows
 
 
@@ -48,3 +48,14 @@ def compile_spec(spec, arch: str):
     if isinstance(spec, CudaKernelSpec):
         return nvcc_compile.compile_resources(spec, arch)
     return triton_compile.compile_resources(spec, arch)
+
+
+def one_line(error: Exception, limit: int = 300) -> str:
+    """A compile error on one line. Triton's put the kernel source between where (the first line)
+    and what: a message last, or a caret under the failing line (a static_assert, say)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+    detail = getattr(error, "error_message", None)
+    if not detail and len(lines) > 1:
+        detail = lines[-2] if set(lines[-1]) == {"^"} else lines[-1]
+    text = " ".join(part for part in (type(error).__name__ + ":", lines[0], detail) if part)
+    return text if len(text) <= limit else text[:limit - 3] + "..."

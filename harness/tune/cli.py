@@ -6,10 +6,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.arguments import int_list
+from harness.arguments import float_at_least, int_in, int_list_in
+
+
+def needs_optuna(command: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("optuna") is None:
+        raise SystemExit(f"vk {command}: needs Optuna, which is not installed: pip install 'verify-kernels[tune]'")
 
 
 def cmd_tune(args) -> int:
+    needs_optuna("tune")
     from harness.tune.run import run_tune
 
     return run_tune(args, sys.argv[1:])
@@ -62,6 +70,7 @@ def cmd_tuned(args) -> int:
 
 
 def cmd_tune_quality(args) -> int:
+    needs_optuna("tune-quality")
     from harness.tune.quality import format_quality, plot_quality, trials_to_reach
 
     result = trials_to_reach(args.storage, args.study, seeds=args.seeds, within=args.within)
@@ -75,21 +84,21 @@ def cmd_tune_quality(args) -> int:
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     tune = sub.add_parser("tune", help="Optuna over the statically feasible space, one study per key")
-    tune.add_argument("--variants", nargs="+", default=["triton_splitkv", "cuda_coalesced"])
-    tune.add_argument("--prefix", type=int_list, default=[4096, 32768, 131072])
-    tune.add_argument("--tree", type=int_list, default=[16, 64, 256])
-    tune.add_argument("--heads", type=int_list, default=[8])
-    tune.add_argument("--page-size", type=int, default=64)
+    tune.add_argument("--variants", nargs="+", default=["triton_splitkv", "cuda_coalesced"], help="variants with a search space")
+    tune.add_argument("--prefix", type=int_list_in(0), default=[4096, 32768, 131072], help="prefix lengths L, one key per L bucket")
+    tune.add_argument("--tree", type=int_list_in(1, 1024), default=[16, 64, 256], help="tree sizes T")
+    tune.add_argument("--heads", type=int_list_in(1, 128), default=[8], help="heads H")
+    tune.add_argument("--page-size", type=int_in(1), default=64, help="KV pool page size")
     tune.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
-    tune.add_argument("--trials", type=int, default=30, help="configs measured per study, counting earlier runs (pruned proposals and duplicates are free)")
-    tune.add_argument("--minutes", type=float, help="wall-clock budget per study")
+    tune.add_argument("--trials", type=int_in(0), default=30, help="configs measured per study, counting earlier runs (pruned proposals and duplicates are free; 0: only collect the winners)")
+    tune.add_argument("--minutes", type=float_at_least(0, strict=True), help="wall-clock budget per study")
     tune.add_argument("--storage", help=f"any Optuna storage URL (default {'sqlite:///results/tuned/optuna.db'})")
-    tune.add_argument("--workers", type=int, default=1, help="worker processes, one per local GPU, shared storage")
+    tune.add_argument("--workers", type=int_in(1), default=1, help="worker processes, one per local GPU, shared storage")
     tune.add_argument("--arch", choices=["sm_90", "sm_120"], help="static model's arch (default: this GPU's)")
     tune.add_argument("--gpu", help="GPU SKU for the keys (default: this GPU's)")
     tune.add_argument("--seed", type=int, default=0)
-    tune.add_argument("--trial-timeout", type=float, default=180.0, help="seconds before a trial counts as hung")
-    tune.add_argument("--rep-ms", type=float, default=100.0)
+    tune.add_argument("--trial-timeout", type=float_at_least(0, strict=True), default=180.0, help="seconds before a trial counts as hung")
+    tune.add_argument("--rep-ms", type=float_at_least(0, strict=True), default=100.0, help="time budget of timed calls per trial")
     tune.add_argument("--timing", choices=["events", "graph"], default="events",
                       help="events: eager calls between CUDA events (a launch's host time shows once it exceeds "
                            "the kernel's); graph: CUDA-graph replay, the kernels alone (how the decode runs them)")
@@ -112,9 +121,9 @@ def add_commands(sub) -> None:
     tuned.set_defaults(func=cmd_tuned)
 
     quality = sub.add_parser("tune-quality", help="trials TPE needs to reach the exhaustive best (replayed)")
-    quality.add_argument("--storage", required=True)
+    quality.add_argument("--storage", required=True, help="the Optuna storage URL holding the study")
     quality.add_argument("--study", required=True, help="a study holding an exhaustive measurement of one key")
-    quality.add_argument("--seeds", type=int, default=5)
-    quality.add_argument("--within", type=float, default=0.03)
+    quality.add_argument("--seeds", type=int_in(1), default=5, help="TPE replays, one per seed")
+    quality.add_argument("--within", type=float_at_least(0), default=0.03, help="how close to the best counts as reaching it (fraction)")
     quality.add_argument("--plot", help="write the best-so-far figure (PNG) here")
     quality.set_defaults(func=cmd_tune_quality)
