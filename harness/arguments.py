@@ -43,7 +43,8 @@ def int_in(low: int, high: int | None = None):
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"expected an integer {_range(low, high)}, got {value}")
+            raise argparse.ArgumentTypeError(f"expected an integer {_range(low, high)}, got {value}" if high is not None
+                                             else f"expected at least {low}, got {value}")
         return value
     return parse
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Correctness on the GPU host, in one go: the gpu-marked tests, vk check over the GPU case matrix
 # (every variant, pages 16/32/64, NaN-poisoned pools, ragged batches), and compute-sanitizer
-# memcheck and racecheck on cuda_coalesced's small adversarial shapes. Logs and records under
+# (memcheck, racecheck, synccheck, initcheck) on every variant's small adversarial shapes. Logs and records under
 # results/tests/, results/check/ and results/sanitizer/, packed into $OUT after each step.
 # Usage (repository root): bash scripts/gpu_check.sh [pytest seconds, default 300]
 . scripts/gpu_env.sh
@@ -11,9 +11,12 @@ timeout "${1:-300}" python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 |
 rm -f "results/check/$sku.jsonl"
 python3 -m harness check --no-progress --out "results/check/$sku.jsonl" > "results/check/$sku.txt" 2>&1
 tail -n 1 "results/check/$sku.txt"; pack
-for tool in memcheck racecheck; do
-  compute-sanitizer --tool $tool --kernel-name regex:verify python3 scripts/sanitize_cuda.py \
-    > "results/sanitizer/$tool-cuda_coalesced-$sku.txt" 2>&1
-  grep -E "SUMMARY|FAIL" "results/sanitizer/$tool-cuda_coalesced-$sku.txt" | tail -n 3
+# compute-sanitizer on every GPU variant's small adversarial shapes (scripts/sanitize_variants.py);
+# the verify kernels only (kns=verify: their names hold "verify"), not torch's nor the combine.
+for tool in memcheck racecheck synccheck initcheck; do
+  timeout 150 compute-sanitizer --tool $tool --kernel-name kns=verify python3 scripts/sanitize_variants.py \
+    > "results/sanitizer/$tool-$sku.txt" 2>&1
+  echo "$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "results/sanitizer/$tool-$sku.txt" | tail -n 1)" \
+    "$(grep -c " ok$" "results/sanitizer/$tool-$sku.txt") ok, $(grep -c FAIL "results/sanitizer/$tool-$sku.txt") FAIL"
 done
 pack

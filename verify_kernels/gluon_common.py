@@ -7,6 +7,7 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import tma as hopper_tma
 
 from .contract import ProblemShape
 from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
@@ -20,6 +21,14 @@ DEFAULT_CONFIG = {"BLOCK_N": 64, "kv_splits": 0}
 BLOCK_N_CHOICES = (32, 64)
 LOG2E = 1.4426950408889634
 LN2 = gl.constexpr(0.6931471805599453)
+# Gluon renamed three builtins after Triton 3.6; the same instructions under either name, so one
+# source compiles on Triton 3.6 through 3.9 (tests/harness/static/test_static.py, CI).
+# The CTA barrier: gl.thread_barrier up to 3.6, gl.barrier from 3.7.
+cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
+# cp.async and TMA copies into shared memory: async_copy_global_to_shared up to 3.8, async_load from
+# 3.9 (3.9 keeps the old names as stubs that raise, so the new name is looked for first).
+cp_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+tma_async_load = getattr(hopper_tma, "async_load", None) or hopper_tma.async_copy_global_to_shared
 
 
 @gluon.jit
@@ -27,7 +36,7 @@ def copy_rows(smem, base, rows, row_stride, COLS: gl.constexpr, layout: gl.const
     """cp.async of ``COLS`` columns starting at ``base`` of each row in ``rows`` into ``smem``."""
     cols = gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
     offsets = gl.expand_dims(rows * row_stride, 1) + gl.expand_dims(cols, 0)
-    async_copy.async_copy_global_to_shared(smem, base + offsets)
+    cp_async_load(smem, base + offsets)
 
 
 @gluon.jit

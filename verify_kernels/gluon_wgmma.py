@@ -34,8 +34,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE,
-                           DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, complete_config, copy_rows, pool_rows,
-                           unsupported_reason)
+                           DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, complete_config, copy_rows, cta_barrier,
+                           pool_rows, unsupported_reason)
 
 # The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma_ws comes from gluon_common.
 __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRETABLE", "DEFAULT_CONFIG",
@@ -121,7 +121,7 @@ def _wgmma_verify_kernel(
         stage = i % 2
         async_copy.wait_group(0)
         fence_async_shared()
-        gl.thread_barrier()  # tile i visible to all; every warp is done with tile i - 1 and P
+        cta_barrier()  # tile i visible to all; every warp is done with tile i - 1 and P
         if i + 1 < num_tiles:
             _issue_kv_tile(kv_lat.index(1 - stage), kv_rope.index(1 - stage), KV, table,
                            start + (i + 1) * BLOCK_N, seq_len, PAGE_SIZE, BLOCK_N, DV, DR, lat_layout, rope_layout)
@@ -154,7 +154,7 @@ def _wgmma_verify_kernel(
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         p_smem.store(p.to(dtype))
         fence_async_shared()
-        gl.thread_barrier()  # both halves of P written before either warpgroup reads all of it
+        cta_barrier()  # both halves of P written before either warpgroup reads all of it
         acc = warpgroup_mma(p_smem, lat, acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
 

@@ -37,13 +37,13 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, warpgroup_mma,
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE,
-                           DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, complete_config, copy_rows, pool_rows,
-                           unsupported_reason)
+                           DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, complete_config, copy_rows, cta_barrier,
+                           pool_rows, tma_async_load, unsupported_reason)
 
 # The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma comes from gluon_common.
 __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRETABLE", "DEFAULT_CONFIG",
@@ -66,8 +66,8 @@ def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table,
     if (PAGE_SIZE >= BLOCK_N) & (tile_start + BLOCK_N <= seq_len):
         row = gl.load(table + tile_start // PAGE_SIZE) * PAGE_SIZE + tile_start % PAGE_SIZE
         mbarrier.expect(kv_ready.index(stage), BLOCK_N * (DV + DR) * KV.dtype.element_ty.primitive_bitwidth // 8)
-        tma.async_copy_global_to_shared(lat_desc, [row, 0], kv_ready.index(stage), kv_lat.index(stage))
-        tma.async_copy_global_to_shared(rope_desc, [row, 0], kv_ready.index(stage), kv_rope.index(stage))
+        tma_async_load(lat_desc, [row, 0], kv_ready.index(stage), kv_lat.index(stage))
+        tma_async_load(rope_desc, [row, 0], kv_ready.index(stage), kv_rope.index(stage))
     else:
         lat_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
         rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
@@ -77,7 +77,7 @@ def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table,
         copy_rows(kv_rope.index(stage), KV + DV, rope_rows, DV + DR, DR, rope_layout)
         # Each thread's arrival is pending until its copies land; one plain arrival completes the count.
         async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=True)
-        gl.thread_barrier()
+        cta_barrier()
         mbarrier.arrive(kv_ready.index(stage))
 
 
@@ -161,15 +161,15 @@ def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_s
         mbarrier.wait(p_free, (i & 1) ^ 1)  # warpgroup 1 has read P(i - 1)
         p_smem.store(p)
         alpha_smem.store(alpha)
-        gl.thread_barrier()
+        cta_barrier()
         mbarrier.arrive(p_ready)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         acc = warpgroup_mma(gl.convert_layout(p, p_operand), lat.slice(0, DV // 2, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        gl.thread_barrier()
+        cta_barrier()
         mbarrier.arrive(kv_free.index(stage))
     sums_smem.store(l_i)
-    gl.thread_barrier()
+    cta_barrier()
     mbarrier.arrive(sums_ready)
     _store_half(acc, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), gl.convert_layout(m_i, gl.SliceLayout(1, o_layout)),
                 0, row_block, split, request, num_rows, H, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
@@ -197,14 +197,14 @@ def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, 
         mbarrier.wait(p_ready, i & 1)
         p = p_smem.load(p_operand)
         alpha = alpha_smem.load(gl.SliceLayout(1, o_layout))
-        gl.thread_barrier()
+        cta_barrier()
         mbarrier.arrive(p_free)
         mbarrier.wait(kv_ready.index(stage), (i // 2) & 1)
         fence_async_shared()
         acc = acc * gl.expand_dims(alpha, 1)
         acc = warpgroup_mma(p, kv_lat.index(stage).slice(DV // 2, DV // 2, dim=1), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        gl.thread_barrier()
+        cta_barrier()
         mbarrier.arrive(kv_free.index(stage))
         if i + 2 < num_tiles:
             mbarrier.wait(kv_free.index(stage), (i // 2) & 1)  # warpgroup 0 is done with it too
@@ -278,7 +278,7 @@ def _ws_verify_kernel(
     async_copy.commit_group()
     async_copy.wait_group(0)
     fence_async_shared()
-    gl.thread_barrier()
+    cta_barrier()
 
     mask_rows_base = TreeMask + request * stride_mask_b
     gl.warp_specialize([

@@ -18,6 +18,8 @@ def cmd_decode(args) -> int:
             print(json.dumps({k: v for k, v in record.items() if k != "steps_detail"}))
     else:
         print(format_decode_table(records))
+        if any(r.get("variant") == "reference" for r in records):
+            print("\nreference: no kernel ran; the float64 oracle (verify_kernels.reference_attention) did the attention")
         if args.out:
             print(f"\nrecords appended to {args.out}")
     failed = [r for r in records if r.get("status") == "error"]

@@ -268,10 +268,7 @@ def timing_suffix(record: dict) -> str:
 def _variant_label(record: dict) -> str:
     """The requested variant, with the kernel "auto" resolved to, and the timing suffix."""
     kernel = (record.get("kernel") or {}).get("variant")
-    if record["variant"] == "reference":
-        label = "reference (float64 oracle)"  # no kernel ran: the oracle did the attention
-    else:
-        label = record["variant"] if kernel in (None, record["variant"]) else f"{record['variant']} ({kernel})"
+    label = record["variant"] if kernel in (None, record["variant"]) else f"{record['variant']} ({kernel})"
     return label + timing_suffix(record)
 
 

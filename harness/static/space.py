@@ -9,6 +9,7 @@ The static model (static_feasibility) then compiles the kept ones for the arch.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -137,6 +138,26 @@ def static_model_hash(variant: str) -> str:
                                                    "resources.py")])
 
 
+@functools.lru_cache(maxsize=None)
+def compiler_versions() -> str:
+    """The compilers the static model runs: Triton's version and nvcc's release (part of the cache key)."""
+    import importlib.metadata
+    import shutil
+    import subprocess
+
+    try:
+        triton = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        triton = None
+    nvcc = shutil.which("nvcc")
+    release = None
+    if nvcc:
+        done = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+        release = next((line.split("release", 1)[1].strip() for line in done.stdout.splitlines() if "release" in line),
+                       None)
+    return f"triton {triton}, nvcc {release}"
+
+
 def _compile_key(config: dict) -> str:
     return json.dumps({k: v for k, v in sorted(config.items()) if k not in LAUNCH_ONLY})
 
@@ -153,7 +174,8 @@ def static_feasibility(variant: str, arch: str, progress: bool = True) -> list[C
 
     cache_path = STATIC_CACHE_DIR / f"{variant}-{arch}.json"
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    current = {"kernel_source_hash": kernel_source_hash(variant), "static_model_hash": static_model_hash(variant)}
+    current = {"kernel_source_hash": kernel_source_hash(variant), "static_model_hash": static_model_hash(variant),
+               "compilers": compiler_versions()}  # another Triton or nvcc allocates registers differently
     if any(cache.get(name) != value for name, value in current.items()):
         cache = {**current, "rows": {}}
     result = candidates(variant, arch)
