@@ -1,1 +1,1 @@
-"""Measurement harness: timer, roofline, sweeps, records and the ``vk`` command line."""
+"""The measurement harness around ``verify_kernels`` and its command line, ``vk`` (README.md here)."""

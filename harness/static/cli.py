@@ -8,11 +8,13 @@ from harness.arguments import json_dict
 
 
 def cmd_static(args) -> int:
-    from harness.static.report import default_rows, format_rows
-
     from verify_kernels import VARIANTS
 
-    names = [args.variant] if args.variant else [n for n in VARIANTS]
+    from harness.static.report import default_rows, format_rows
+
+    if args.variant and args.variant not in VARIANTS:
+        raise SystemExit(f"vk static: --variant: unknown {args.variant!r}; the variants are {list(VARIANTS)}")
+    names = [args.variant] if args.variant else list(VARIANTS)
     if args.space:
         from harness.static.report import space_report
 

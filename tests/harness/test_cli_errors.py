@@ -39,6 +39,7 @@ CASES = [
     (("tune", "--heads", "129"), "--heads"),
     (("check", "--cases", "no_such_case", "--device", "cpu"), "--cases"),
     (("check", "--variants", "no_such_variant", "--device", "cpu"), "--variants"),
+    (("static", "--variant", "no_such_variant"), "--variant"),
 ]
 if not HAS_CUDA:
     CASES += [(("decode", "--device", "cuda"), "--device"), (("ceilings",), "needs a CUDA GPU"),
