@@ -4,14 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
-
-from harness.measure.paths import results_dir
-
-
-def results_root() -> Path:
-    """Where records go by default (``./results``, or ``$VK_RESULTS_DIR``)."""
-    return results_dir()
 
 
 def int_list(text: str) -> list[int]:

@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from harness.arguments import device_or_default, float_at_least, int_in, int_list_in, json_dict, results_root
+from harness.arguments import device_or_default, float_at_least, int_in, int_list_in, json_dict
+from harness.measure.paths import results_dir
 
 BENCH_DEFAULTS = {"prefix": [4096, 32768, 131072], "tree": [16, 64], "heads": [8], "page_size": [64],
                   "batch": 1, "dtype": "bfloat16", "mode": "events", "rep_ms": 200.0, "repeat": 1}
@@ -36,7 +37,7 @@ def cmd_check(args) -> int:
         print("vk check: no CUDA device; running the Triton variants under TRITON_INTERPRET=1 "
               "on small shapes (the CPU case matrix).", file=sys.stderr)
     results = run_check(names, cases, device=device, progress=not args.no_progress)
-    out = args.out or results_root() / "check" / f"{gpu_sku() if device == 'cuda' else 'cpu'}.jsonl"
+    out = args.out or results_dir() / "check" / f"{gpu_sku() if device == 'cuda' else 'cpu'}.jsonl"
     append_records(out, [make_record("check", r.as_record()) for r in results])
     if args.json:
         print(json.dumps([r.as_record() for r in results], indent=1))
@@ -87,7 +88,7 @@ def cmd_bench(args) -> int:
                          f"peers {sorted(PEERS)}")
     points = sweep_points(names, settings["prefix"], settings["tree"], settings["heads"], settings["page_size"],
                           batch=settings["batch"], dtype=settings["dtype"], configs=settings["configs"])
-    out = args.out or results_root() / "bench" / f"{gpu_sku()}.jsonl"
+    out = args.out or results_dir() / "bench" / f"{gpu_sku()}.jsonl"
     results = run_sweep(points, out_path=out, mode=settings["mode"], rep_ms=settings["rep_ms"],
                         repeats=settings["repeat"], progress=not args.no_progress)
     print(format_table(results))
@@ -104,7 +105,7 @@ def cmd_report(args) -> int:
     missing = [str(path) for path in args.inputs if not path.is_file()]
     if missing:
         raise SystemExit(f"vk report: inputs: no such file: {', '.join(missing)}")
-    out = args.out or results_root() / "report" / args.inputs[0].stem
+    out = args.out or results_dir() / "report" / args.inputs[0].stem
     markdown, images = write_report(args.inputs, out, args.title or f"Benchmarks: {args.inputs[0].stem}")
     print(markdown.read_text())
     print(f"wrote {markdown}" + (f" and {', '.join(str(i) for i in images)}" if images else ""))

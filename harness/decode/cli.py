@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.arguments import float_at_least, int_in, int_list, int_list_in, results_root
+from harness.arguments import float_at_least, int_in, int_list, int_list_in
+from harness.measure.paths import results_dir
 
 
 def cmd_decode(args) -> int:
@@ -99,6 +100,6 @@ def add_commands(sub) -> None:
 
     decode_report = sub.add_parser("decode-report", help="decode records -> markdown table and plots")
     decode_report.add_argument("records", type=Path, nargs="+", help="JSONL files written by vk decode --out")
-    decode_report.add_argument("--out-dir", type=Path, default=results_root() / "decode", help="where the table and plots go")
+    decode_report.add_argument("--out-dir", type=Path, default=results_dir() / "decode", help="where the table and plots go")
     decode_report.add_argument("--name", default="decode", help="file-name stem of the table and plots")
     decode_report.set_defaults(func=cmd_decode_report)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.arguments import results_root
+from harness.measure.paths import results_dir
 
 
 
@@ -46,7 +46,7 @@ def cmd_env(args) -> int:
 def cmd_index(args) -> int:
     from harness.measure.records import format_index, records_index
 
-    root = args.root or results_root()
+    root = args.root or results_dir()
     if not root.is_dir():
         raise SystemExit(f"vk index: --root: no such folder: {root}")
     text = format_index(records_index(root), root)

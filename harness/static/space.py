@@ -130,7 +130,7 @@ def source_digest(paths: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def static_model_hash(variant: str) -> str:
+def static_model_hash() -> str:
     """sha256 (first 16 hex) of the static model a variant is checked with: the occupancy rules and
     the compiler front ends (Triton's and nvcc's)."""
     here = Path(__file__).parent
@@ -174,7 +174,7 @@ def static_feasibility(variant: str, arch: str, progress: bool = True) -> list[C
 
     cache_path = STATIC_CACHE_DIR / f"{variant}-{arch}.json"
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    current = {"kernel_source_hash": kernel_source_hash(variant), "static_model_hash": static_model_hash(variant),
+    current = {"kernel_source_hash": kernel_source_hash(variant), "static_model_hash": static_model_hash(),
                "compilers": compiler_versions()}  # another Triton or nvcc allocates registers differently
     if any(cache.get(name) != value for name, value in current.items()):
         cache = {**current, "rows": {}}
