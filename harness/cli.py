@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.formatter_class = argparse.ArgumentDefaultsHelpFormatter
         for action in command._actions:
             if action.option_strings and not action.help:
-                action.help = COMMON_HELP.get(action.option_strings[0], " ")
+                action.help = COMMON_HELP.get(action.option_strings[0])
     return parser
 
 

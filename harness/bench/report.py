@@ -7,6 +7,7 @@ prefix length (log-log) and % of roofline against prefix length, one panel per (
 
 from __future__ import annotations
 
+import importlib.util
 from collections import defaultdict
 from pathlib import Path
 
@@ -115,10 +116,8 @@ def write_report(paths: list[Path], out_prefix: Path, title: str) -> tuple[Path,
     """Write <prefix>.md and the plots; return their paths."""
     records = load_bench_records(paths)
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        images = plot(records, out_prefix)
-    except ImportError:  # matplotlib is the `plot` extra: the table is written without the figures
-        images = []
+    # matplotlib is the `plot` extra: without it the table is written without the figures.
+    images = plot(records, out_prefix) if importlib.util.find_spec("matplotlib") else []
     lines = [f"# {title}", "", conditions(records), "", markdown_table(records), ""]
     reasons = unavailable_reasons(records)
     if reasons:

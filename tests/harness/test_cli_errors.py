@@ -92,3 +92,15 @@ def test_api_names_a_config_value_of_the_wrong_type_and_takes_numpy_scalars():
     with pytest.raises(TypeError, match="sm_scale"):
         verify_attention(*problem.arguments(), sm_scale="0.1", v_dim=512, variant="triton_splitkv")
     assert torch.isfinite(out).all()
+
+
+def test_every_subcommand_has_a_description_and_every_flag_help():
+    from harness.cli import build_parser
+
+    parser = build_parser()
+    (sub,) = [action for action in parser._actions if isinstance(action, type(parser._subparsers._group_actions[0]))]
+    missing = {name: [a.option_strings[0] for a in command._actions
+                      if a.option_strings and a.dest != "help" and not (a.help or "").strip() and a.help != "==SUPPRESS=="]
+               for name, command in sub.choices.items()}
+    assert not {name: flags for name, flags in missing.items() if flags}
+    assert all(command.description for command in sub.choices.values())
