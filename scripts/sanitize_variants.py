@@ -4,11 +4,16 @@
     compute-sanitizer --tool racecheck python3 scripts/sanitize_variants.py cuda_coalesced
     compute-sanitizer --tool synccheck python3 scripts/sanitize_variants.py
     compute-sanitizer --tool initcheck python3 scripts/sanitize_variants.py
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_variants.py cuda_ws --config '{"PRODUCER": 0}'
+
+``--config`` (JSON) is applied to every shape under each shape's own overrides.
 
 Shapes: a prefix of 0, page edges (prefix = page - 1, a tree ending on a page boundary), a ragged
 batch, one split and many (a forced kv_splits), odd T and H. Exit 1 when any output is wrong.
 """
 
+import argparse
+import json
 import sys
 
 import torch
@@ -27,7 +32,7 @@ SHAPES = [
 ]
 
 
-def main(names: list[str]) -> int:
+def main(names: list[str], base_config: dict) -> int:
     failures = 0
     for name in names:
         for prefix_lens, nodes, heads, page_size, tree, config in SHAPES:
@@ -35,7 +40,7 @@ def main(names: list[str]) -> int:
             problem = make_problem(prefix_lens, nodes, heads, page_size=page, tree=tree, seed=5)
             reference = reference_attention(*problem.arguments(), **problem.kwargs())
             gpu = problem.to("cuda")
-            overrides = {} if name == "triton_ps1" else config
+            overrides = {} if name == "triton_ps1" else {**base_config, **config}
             try:
                 out = verify_attention(*gpu.arguments(), **gpu.kwargs(), variant=name, config=overrides or None)
             except UnsupportedProblemError as error:
@@ -50,4 +55,8 @@ def main(names: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or list(VARIANTS)))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="*", help="default: every registered variant")
+    parser.add_argument("--config", type=json.loads, default={}, help="JSON config overrides for every shape")
+    args = parser.parse_args()
+    sys.exit(main(args.variants or list(VARIANTS), args.config))

@@ -58,12 +58,12 @@ def _bench_settings(args) -> dict:
     sweep = {}
     if args.sweep:
         sweep = yaml.safe_load(Path(args.sweep).read_text()) or {}
-        unknown = sorted(set(sweep) - set(BENCH_DEFAULTS) - {"variants", "peers", "configs"})
+        unknown = sorted(set(sweep) - set(BENCH_DEFAULTS) - {"variants", "peers", "configs", "proxy_for"})
         if unknown:
             raise SystemExit(f"vk bench: {args.sweep}: unknown keys {unknown}; expected "
-                             f"{sorted(set(BENCH_DEFAULTS) | {'variants', 'peers', 'configs'})}")
+                             f"{sorted(set(BENCH_DEFAULTS) | {'variants', 'peers', 'configs', 'proxy_for'})}")
     settings = {}
-    for key, default in {**BENCH_DEFAULTS, "variants": None, "peers": None, "configs": None}.items():
+    for key, default in {**BENCH_DEFAULTS, "variants": None, "peers": None, "configs": None, "proxy_for": None}.items():
         given = getattr(args, "config" if key == "configs" else key)
         settings[key] = given if given is not None else sweep.get(key, default)
     return settings
@@ -90,7 +90,7 @@ def cmd_bench(args) -> int:
                           batch=settings["batch"], dtype=settings["dtype"], configs=settings["configs"])
     out = args.out or results_dir() / "bench" / f"{gpu_sku()}.jsonl"
     results = run_sweep(points, out_path=out, mode=settings["mode"], rep_ms=settings["rep_ms"],
-                        repeats=settings["repeat"], progress=not args.no_progress)
+                        repeats=settings["repeat"], progress=not args.no_progress, proxy_for=settings["proxy_for"])
     print(format_table(results))
     print(f"\nrecords appended to {out}")
     bad = [r for r in results if r["status"] in ("wrong", "error")]
@@ -140,6 +140,8 @@ def add_commands(sub) -> None:
     bench.add_argument("--mode", choices=["events", "graph"], help="events (default) or CUDA-graph replay")
     bench.add_argument("--rep-ms", type=float_at_least(0, strict=True), help="time budget of timed calls per point (default 200)")
     bench.add_argument("--repeat", type=int_in(1), help="time each point this many times (agreement check)")
+    bench.add_argument("--proxy-for", choices=["sm_120"],
+                       help="mark the records as a proxy run for this arch: configs that fit it, timed on this GPU")
     bench.add_argument("--out", type=Path, help="JSONL file (default results/bench/<gpu>.jsonl)")
     bench.add_argument("--no-progress", action="store_true")
     bench.set_defaults(func=cmd_bench)

@@ -128,9 +128,10 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
 
 
 def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_ms: float = 200.0,
-              repeats: int = 1, seed: int = 0, progress: bool = True) -> list[dict]:
+              repeats: int = 1, seed: int = 0, progress: bool = True, proxy_for: str | None = None) -> list[dict]:
     """Time every point. Points that share a shape share one seeded problem (re-laid out per page
-    size) and one oracle output."""
+    size) and one oracle output. ``proxy_for`` (an arch such as "sm_120") marks every record as a
+    proxy run for that arch on this GPU: its configs fit that arch, its timings are this GPU's."""
     ceilings = roofline.load_ceilings()
     results = []
     shape_key, by_page, reference = None, {}, None
@@ -153,6 +154,8 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
         if reference is None:
             reference = reference_attention(*problem.arguments(), **problem.kwargs())
         payload = bench_point(point, problem, reference, ceilings, mode=mode, rep_ms=rep_ms, repeats=repeats)
+        if proxy_for:
+            payload["proxy_for"] = proxy_for
         record = records.make_record("bench", payload)
         records.append_records(out_path, [record])
         results.append(record)

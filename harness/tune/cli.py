@@ -84,7 +84,8 @@ def cmd_tune_quality(args) -> int:
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     tune = sub.add_parser("tune", help="Optuna over the statically feasible space, one study per key")
-    tune.add_argument("--variants", nargs="+", default=["triton_splitkv", "cuda_coalesced"], help="variants with a search space")
+    tune.add_argument("--variants", nargs="+", default=["triton_splitkv", "cuda_coalesced", "cuda_ws"],
+                      help="variants with a search space")
     tune.add_argument("--prefix", type=int_list_in(0), default=[4096, 32768, 131072], help="prefix lengths L, one key per L bucket")
     tune.add_argument("--tree", type=int_list_in(1, 1024), default=[16, 64, 256], help="tree sizes T")
     tune.add_argument("--heads", type=int_list_in(1, 128), default=[8], help="heads H")

@@ -1,0 +1,233 @@
+"""Variant ``cuda_ws``: the warp-specialized CUDA C++ kernel in cuda/verify_ws.cu, compiled at run
+time by CuPy. The portable kernel for GPUs without wgmma (sm_120 first; it runs on sm_90 too).
+
+A producer warp moves whole KV token rows (``cp.async.bulk``, 1152 bytes each) into a STAGES-deep
+shared-memory ring and hands slots over with mbarriers; WARPS_M x WARPS_N consumer warps compute
+S = Q K^T and O += P V with ``mma.sync`` on every tile, each warp on 16 * ROW_TILES rows. Q sits
+in shared memory for the CTA's life. Split-KV, merged by the shared combine (split_combine.py).
+Tunables are compile-time macros:
+
+- ``WARPS_M``, ``ROW_TILES``: rows per CTA = 16 * ROW_TILES * WARPS_M, per warp 16 * ROW_TILES;
+- ``WARPS_N``: how a tile's S columns and the 512 output columns are split across warps;
+- ``BLOCK_N``: KV tokens per tile; ``STAGES``: slots in the ring;
+- ``PRODUCER``: 1 = a producer warp fills the ring (mbarrier hand-offs both ways); 0 = no such
+  warp, consumer warp 0 refills the slot the previous tile freed (its registers go to consumers);
+- ``MIN_BLOCKS``: CTAs per SM the register cap is set for (shared memory must allow them too);
+- ``SPLIT_K``: 1 = the WARPS_N warps of a row split S = Q K^T by head dim (576 / WARPS_N each) and
+  sum the partials through shared memory, so each holds whole S rows and keeps P in registers as
+  P V's A operand; 0 = they split S by columns and stage P in shared memory (two CTA barriers a tile);
+- ``kv_splits``: 0 = chosen from shapes alone (one wave of CTAs, no host sync), else fixed.
+
+The output tile a warp holds is 16 * ROW_TILES x 512 / WARPS_N fp32: at most 128 registers per
+thread (``config_problems``). Needs sm_90 or newer (bulk copies with mbarrier transaction counts).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from .contract import ProblemShape
+from .split_combine import launch_combine, partial_buffers
+from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
+
+SOURCE = Path(__file__).parent / "cuda" / "verify_ws.cu"
+PAGE_SIZES = (16, 32, 64)
+CHECK_PAGE_SIZES = (16, 64)
+HEAD_DIM, V_DIM = 576, 512
+ROW_PAD = HEAD_DIM + 8
+BARRIER_BYTES = 128
+MACROS = ("WARPS_M", "ROW_TILES", "WARPS_N", "BLOCK_N", "STAGES", "MIN_BLOCKS", "PRODUCER", "SPLIT_K")
+# Per-arch defaults, each the fastest of its arch's space timed on an H200 at L >= 131072
+# (results/bench/cuda_ws-side-by-side-nvidia-h200.jsonl, cuda_ws-sm120-proxy-nvidia-h200.jsonl).
+# sm_120: 48 rows, a two-slot ring of 16-token tiles, 98 KB (fits 99 KB per block, no spills).
+# sm_90: 48 rows, a four-slot ring of 32-token tiles, 214 KB (sm_90 only).
+DEFAULT_CONFIGS = {
+    "sm_90": {"WARPS_M": 3, "ROW_TILES": 1, "WARPS_N": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "PRODUCER": 1,
+              "SPLIT_K": 1, "kv_splits": 0},
+    "sm_120": {"WARPS_M": 3, "ROW_TILES": 1, "WARPS_N": 2, "BLOCK_N": 16, "STAGES": 2, "MIN_BLOCKS": 1, "PRODUCER": 1,
+               "SPLIT_K": 1, "kv_splits": 0},
+}
+DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
+# Both hand-off schemes, one and many splits, 16- to 64-token tiles, two CTAs per SM.
+CHECK_CONFIGS = (
+    {**DEFAULT_CONFIGS["sm_120"], "kv_splits": 3},
+    {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "kv_splits": 0},
+    {"WARPS_M": 1, "ROW_TILES": 2, "WARPS_N": 4, "BLOCK_N": 64, "STAGES": 2, "PRODUCER": 1, "kv_splits": 5},
+    {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 2, "MIN_BLOCKS": 2, "PRODUCER": 0, "SPLIT_K": 0, "kv_splits": 1},
+    {"WARPS_M": 2, "WARPS_N": 4, "BLOCK_N": 32, "STAGES": 3, "SPLIT_K": 1, "kv_splits": 2},
+    {"WARPS_M": 4, "BLOCK_N": 32, "STAGES": 3, "SPLIT_K": 0, "kv_splits": 0},
+)
+MIN_CAPABILITY = (9, 0)
+
+
+def rows_per_cta(config: dict) -> int:
+    return 16 * config["ROW_TILES"] * config["WARPS_M"]
+
+
+def threads(config: dict) -> int:
+    """Consumer warps plus the producer warp, if any."""
+    return 32 * (config["WARPS_M"] * config["WARPS_N"] + config["PRODUCER"])
+
+
+def smem_bytes(config: dict) -> int:
+    """Dynamic shared memory per CTA: mbarriers, Q, the KV ring, P (SPLIT_K: every consumer warp's
+    fp32 partial S instead), and two float reductions."""
+    rows, block_n = rows_per_cta(config), config["BLOCK_N"]
+    halves = rows * ROW_PAD + config["STAGES"] * block_n * ROW_PAD
+    exchange = 4 * config["WARPS_N"] * rows * block_n if config["SPLIT_K"] else 2 * rows * (block_n + 8)
+    return BARRIER_BYTES + 2 * halves + exchange + 4 * 2 * config["WARPS_N"] * rows
+
+
+def config_problems(config: dict) -> list[str]:
+    """Structural rules of the kernel's static_asserts, its register budget and launch limits."""
+    values = [config[k] for k in MACROS]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values) or 0 in values[:-2]:
+        return [f"{', '.join(MACROS[:-2])} must be positive ints and {' and '.join(MACROS[-2:])} 0 or 1, "
+                f"got {dict(zip(MACROS, values))}"]
+    warps_m, row_tiles, warps_n, block_n, stages, min_blocks, producer, split_k = values
+    problems = []
+    for name, value in (("PRODUCER", producer), ("SPLIT_K", split_k)):
+        if value not in (0, 1):
+            problems.append(f"{name} must be 0 or 1, got {value}")
+    if not producer and (stages < 2 or warps_n < 2 or split_k):
+        problems.append(f"PRODUCER=0 needs STAGES >= 2, WARPS_N >= 2 and SPLIT_K=0, got STAGES={stages}, "
+                        f"WARPS_N={warps_n}, SPLIT_K={split_k}")
+    if split_k and (HEAD_DIM // 16) % warps_n:
+        problems.append(f"SPLIT_K splits 36 k-steps over WARPS_N warps, got WARPS_N={warps_n}")
+    if warps_m > 14:
+        problems.append(f"WARPS_M must be <= 14 (named barriers), got {warps_m}")
+    if block_n % 16:
+        problems.append(f"BLOCK_N must be a multiple of 16, got {block_n}")
+    if block_n % warps_n or (block_n // warps_n) % 8:
+        problems.append(f"BLOCK_N / WARPS_N must be a multiple of 8, got {block_n}/{warps_n}")
+    elif (block_n // warps_n) // 8 != 1 and ((block_n // warps_n) // 8) % 2:
+        problems.append(f"BLOCK_N / WARPS_N / 8 must be 1 or even, got {block_n}/{warps_n}/8")
+    if V_DIM % warps_n or (V_DIM // warps_n) % 16:
+        problems.append(f"512 / WARPS_N must be a multiple of 16, got WARPS_N={warps_n}")
+    accumulators = 16 * row_tiles * (V_DIM // warps_n) // 32
+    if accumulators > 128:
+        problems.append(f"output tile of {16 * row_tiles} x {V_DIM // warps_n} fp32 per warp needs {accumulators} "
+                        "registers per thread (> 128): raise WARPS_N or lower ROW_TILES")
+    if threads(config) > 1024:
+        problems.append(f"{threads(config)} threads per block > 1024")
+    if stages > 8:
+        problems.append(f"STAGES must be <= 8 (the mbarrier block), got {stages}")
+    return problems
+
+
+def unsupported_reason(shape: ProblemShape) -> str | None:
+    if shape.device.type != "cuda":
+        return f"needs a CUDA device, got {shape.device}"
+    capability = torch.cuda.get_device_capability(shape.device)
+    if capability < MIN_CAPABILITY:
+        return f"needs sm_90 or newer (cp.async.bulk with mbarriers), this GPU is sm_{capability[0]}{capability[1]}"
+    if shape.page_size not in PAGE_SIZES:
+        return f"page_size must be one of {PAGE_SIZES}, got {shape.page_size}"
+    if (shape.head_dim, shape.v_dim) != (HEAD_DIM, V_DIM):
+        return f"compiled for Dqk={HEAD_DIM}, v_dim={V_DIM}; got Dqk={shape.head_dim}, v_dim={shape.v_dim}"
+    try:
+        import cupy  # noqa: F401
+    except ImportError as error:
+        return f"needs CuPy (pip install 'verify-kernels[cuda]'): {error}"
+    return None
+
+
+def default_config(shape: ProblemShape) -> dict:
+    major = torch.cuda.get_device_capability(shape.device)[0] if shape.device.type == "cuda" else 12
+    return dict(DEFAULT_CONFIGS["sm_120" if major >= 10 else "sm_90"])
+
+
+def complete_config(config: dict, shape: ProblemShape) -> dict:
+    problems = config_problems(config)
+    if problems:
+        raise ValueError("config: " + "; ".join(problems))
+    if shape.device.type == "cuda":
+        limit = torch.cuda.get_device_properties(shape.device).shared_memory_per_block_optin
+        if smem_bytes(config) > limit:
+            raise ValueError(f"config: needs {smem_bytes(config)} bytes of shared memory per block, "
+                             f"this GPU allows {limit}")
+    if not config["kv_splits"]:
+        # MIN_BLOCKS CTAs per SM (registers are capped for that many): the most splits of one wave.
+        splits = choose_kv_splits(shape, rows_per_cta(config), config["BLOCK_N"], sm_count(shape.device),
+                                  ctas_per_sm=config["MIN_BLOCKS"], one_wave=True)
+        config = {**config, "kv_splits": splits}
+    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
+        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
+    return config
+
+
+@lru_cache(maxsize=None)
+def _kernel(macros: tuple, fp16: bool, device_index: int):
+    """verify_ws compiled for this device; NVRTC output cached on disk by CuPy."""
+    import cupy
+
+    options = ("-std=c++17", *(f"-D{k}={v}" for k, v in macros), f"-DUSE_FP16={int(fp16)}")
+    with cupy.cuda.Device(device_index):
+        return cupy.RawModule(code=SOURCE.read_text(), options=options).get_function("verify_ws")
+
+
+@lru_cache(maxsize=None)
+def _zero_row(dtype: torch.dtype, device_index: int) -> torch.Tensor:
+    """576 zeros the kernel copies into tile rows past the sequence (kept for the process's life)."""
+    return torch.zeros(HEAD_DIM, dtype=dtype, device=torch.device("cuda", device_index))
+
+
+@lru_cache(maxsize=64)
+def _external_stream(handle: int, device_index: int):
+    """CuPy's view of a torch stream (cached: a wrapper per call costs microseconds)."""
+    import cupy
+
+    return cupy.cuda.ExternalStream(handle, device_index)
+
+
+def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
+    import cupy
+    import numpy as np
+
+    batch, tree_nodes, heads, _ = q.shape
+    rows = tree_nodes * heads
+    page_size = kv_cache.shape[1]
+    kv_splits = config["kv_splits"]
+    block_n = config["BLOCK_N"]
+    capacity = block_table.shape[1] * page_size
+    # A multiple of BLOCK_N, so no tile straddles two splits.
+    split_len = math.ceil(math.ceil(capacity / kv_splits) / block_n) * block_n
+    device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    kernel = _kernel(tuple((k, config[k]) for k in MACROS), q.dtype == torch.float16, device_index)
+    shared = smem_bytes(config)
+    if kernel.max_dynamic_shared_size_bytes < shared:
+        kernel.max_dynamic_shared_size_bytes = shared
+    partial_out, partial_lse = partial_buffers(out, kv_splits)
+    i32, i64, ptr = np.int32, np.int64, np.uint64
+    stream = _external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
+    with cupy.cuda.Device(device_index):
+        grid = (math.ceil(rows / rows_per_cta(config)), kv_splits, batch)
+        kernel(grid, (threads(config),), (
+            ptr(q.data_ptr()), ptr(kv_cache.data_ptr()), ptr(block_table.data_ptr()), ptr(prefix_lens.data_ptr()),
+            ptr(tree_mask.data_ptr()), ptr(out.data_ptr()), ptr(partial_out.data_ptr()), ptr(partial_lse.data_ptr()),
+            i64(q.stride(0)), i64(q.stride(1)), i64(q.stride(2)),
+            i64(out.stride(0)), i64(out.stride(1)), i64(out.stride(2)),
+            i32(block_table.stride(0)), i32(tree_mask.stride(0)), i32(tree_mask.stride(1)),
+            i32(tree_nodes), i32(heads), i32(page_size), i32(kv_splits), i32(split_len),
+            np.float32(sm_scale * math.log2(math.e)), ptr(_zero_row(q.dtype, device_index).data_ptr()),
+        ), shared_mem=shared, stream=stream)
+    if kv_splits > 1:
+        launch_combine(partial_out, partial_lse, out, kv_splits)
+
+
+def offline_arch_problem(arch: str) -> str | None:
+    """Why ``kernel_specs`` cannot compile for ``arch`` (None: it can): bulk copies need sm_90+."""
+    major = int(arch.removeprefix("sm_").rstrip("a")) // 10
+    return None if major >= 9 else f"cuda_ws needs cp.async.bulk and mbarrier transactions (sm_90+), {arch} has none"
+
+
+def kernel_specs(config: dict):
+    """What `vk static` compiles for ``config`` with nvcc (the combine is the shared Triton one)."""
+    from .kernel_spec import CudaKernelSpec
+
+    return [CudaKernelSpec("verify_ws", SOURCE, {k: config[k] for k in MACROS}, dynamic_smem=smem_bytes(config),
+                           threads=threads(config))]
