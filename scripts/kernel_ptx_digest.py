@@ -78,14 +78,14 @@ def main() -> None:
     digests = {}
     for name in variants.VARIANTS:
         module = variants.load_variant(name)
-        arches = ["sm_90"] if name.startswith("gluon") else ["sm_90", "sm_120"]
+        arches = [arch for arch in ("sm_90", "sm_120") if not variants.optional(module, "offline_arch_problem")(arch)]
         base = dict(module.DEFAULT_CONFIG)
         configs = [base, *({**base, **c} for c in getattr(module, "CHECK_CONFIGS", ())),
                    *({**base, **c} for c in tuned.get(name, []))]
         for config in configs:
             key = json.dumps(config, sort_keys=True)
             for arch in arches:
-                if name == "cuda_coalesced":
+                if getattr(module, "SOURCE", None):  # CUDA variants: the PTX of their source with the macros
                     macros = {k: config[k] for k in module.MACROS}
                     digests[f"{name}|{arch}|{key}"] = normalized_digest(cuda_ptx(module.SOURCE, macros, arch))
                     continue

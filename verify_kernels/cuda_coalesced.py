@@ -18,12 +18,12 @@ CuPy is imported only when this variant runs.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from pathlib import Path
 
 import torch
 
 from .contract import ProblemShape
+from .cupy_launch import compiled_functions, external_stream
 from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
 
 SOURCE = Path(__file__).parent / "cuda" / "verify_mma.cu"
@@ -109,25 +109,6 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
     return config
 
 
-@lru_cache(maxsize=None)
-def _kernels(macros: tuple, fp16: bool, device_index: int):
-    """(verify_mma, verify_combine) compiled for this device; NVRTC output cached on disk by CuPy."""
-    import cupy
-
-    options = ("-std=c++17", *(f"-D{k}={v}" for k, v in macros), f"-DUSE_FP16={int(fp16)}")
-    with cupy.cuda.Device(device_index):
-        module = cupy.RawModule(code=SOURCE.read_text(), options=options)
-        return module.get_function("verify_mma"), module.get_function("verify_combine")
-
-
-@lru_cache(maxsize=64)
-def _external_stream(handle: int, device_index: int):
-    """CuPy's view of a torch stream (cached: a wrapper per call costs microseconds)."""
-    import cupy
-
-    return cupy.cuda.ExternalStream(handle, device_index)
-
-
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
     import cupy
     import numpy as np
@@ -140,7 +121,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     block_n = config["BLOCK_N"]
     split_len = math.ceil(math.ceil(capacity / kv_splits) / block_n) * block_n
     device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    main, combine = _kernels(tuple((k, config[k]) for k in MACROS), q.dtype == torch.float16, device_index)
+    main, combine = compiled_functions(SOURCE, ("verify_mma", "verify_combine"), tuple((k, config[k]) for k in MACROS),
+                                       q.dtype == torch.float16, device_index)
     shared = smem_bytes(config)
     if main.max_dynamic_shared_size_bytes < shared:
         main.max_dynamic_shared_size_bytes = shared
@@ -150,7 +132,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     else:
         partial_out = partial_lse = out  # unused by the kernel
     i32, i64, ptr = np.int32, np.int64, np.uint64
-    stream = _external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
+    stream = external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
     with cupy.cuda.Device(device_index):
         grid = (math.ceil(rows / (16 * config["WARPS_M"])), kv_splits, batch)
         main(grid, (32 * config["WARPS_M"] * config["WARPS_N"],), (

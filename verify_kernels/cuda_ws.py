@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from .contract import ProblemShape
+from .cupy_launch import compiled_functions, external_stream
 from .split_combine import launch_combine, partial_buffers
 from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
 
@@ -161,27 +162,9 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
 
 
 @lru_cache(maxsize=None)
-def _kernel(macros: tuple, fp16: bool, device_index: int):
-    """verify_ws compiled for this device; NVRTC output cached on disk by CuPy."""
-    import cupy
-
-    options = ("-std=c++17", *(f"-D{k}={v}" for k, v in macros), f"-DUSE_FP16={int(fp16)}")
-    with cupy.cuda.Device(device_index):
-        return cupy.RawModule(code=SOURCE.read_text(), options=options).get_function("verify_ws")
-
-
-@lru_cache(maxsize=None)
 def _zero_row(dtype: torch.dtype, device_index: int) -> torch.Tensor:
     """576 zeros the kernel copies into tile rows past the sequence (kept for the process's life)."""
     return torch.zeros(HEAD_DIM, dtype=dtype, device=torch.device("cuda", device_index))
-
-
-@lru_cache(maxsize=64)
-def _external_stream(handle: int, device_index: int):
-    """CuPy's view of a torch stream (cached: a wrapper per call costs microseconds)."""
-    import cupy
-
-    return cupy.cuda.ExternalStream(handle, device_index)
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
@@ -197,13 +180,14 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     # A multiple of BLOCK_N, so no tile straddles two splits.
     split_len = math.ceil(math.ceil(capacity / kv_splits) / block_n) * block_n
     device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    kernel = _kernel(tuple((k, config[k]) for k in MACROS), q.dtype == torch.float16, device_index)
+    (kernel,) = compiled_functions(SOURCE, ("verify_ws",), tuple((k, config[k]) for k in MACROS), q.dtype == torch.float16,
+                                   device_index)
     shared = smem_bytes(config)
     if kernel.max_dynamic_shared_size_bytes < shared:
         kernel.max_dynamic_shared_size_bytes = shared
     partial_out, partial_lse = partial_buffers(out, kv_splits)
     i32, i64, ptr = np.int32, np.int64, np.uint64
-    stream = _external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
+    stream = external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
     with cupy.cuda.Device(device_index):
         grid = (math.ceil(rows / rows_per_cta(config)), kv_splits, batch)
         kernel(grid, (threads(config),), (

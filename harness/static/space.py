@@ -96,13 +96,13 @@ def candidates(variant: str, arch: str) -> list[Candidate]:
 
 # Library modules whose code goes into the kernels or their launches; a variant's hash covers those
 # it imports.
-SHARED_KERNEL_MODULES = ("triton_dot", "triton_common", "gluon_common", "split_combine", "splits")
+SHARED_KERNEL_MODULES = ("triton_dot", "triton_common", "gluon_common", "split_combine", "splits", "cupy_launch")
 
 
 def kernel_source_files(variant: str) -> list[Path]:
     """The files a variant's compiled kernels and launches depend on: its module, the shared kernel
     modules it imports (``from .name import``, followed through those modules) and, for CUDA
-    variants, their ``SOURCE``."""
+    variants, their ``SOURCE`` and the headers it includes."""
     module = variants.load_variant(variant)
     files = [Path(module.__file__)]
     for path in files:  # grows while it is walked: the shared modules' own imports
@@ -111,7 +111,11 @@ def kernel_source_files(variant: str) -> list[Path]:
                   if (candidate := path.parent / f"{name}.py") not in files
                   and (f"from .{name} import" in text or re.search(rf"from \. import [\w, ]*\b{name}\b", text))]
     source = variants.optional(module, "SOURCE")
-    return [*files, *([Path(source)] if source else [])]
+    if not source:
+        return files
+    from verify_kernels.cupy_launch import included_headers
+
+    return [*files, Path(source), *included_headers(Path(source))]
 
 
 def kernel_source_hash(variant: str) -> str:

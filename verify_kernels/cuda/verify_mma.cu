@@ -16,9 +16,6 @@
 // Online softmax in fp32 (base 2). With one split the CTA writes the output; otherwise fp32
 // partial outputs and base-2 log-sum-exps, merged by verify_combine.
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #ifndef WARPS_M
 #define WARPS_M 2
 #endif
@@ -34,19 +31,8 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
 #endif
-#ifndef USE_FP16
-#define USE_FP16 0
-#endif
 
-#if USE_FP16
-typedef __half elem_t;
-typedef __half2 elem2_t;
-#define MMA_TYPE "f16"
-#else
-typedef __nv_bfloat16 elem_t;
-typedef __nv_bfloat162 elem2_t;
-#define MMA_TYPE "bf16"
-#endif
+#include "mma_sync.cuh"
 
 constexpr int D = 576;
 constexpr int DV = 512;
@@ -65,49 +51,6 @@ static_assert(BLOCK_N % 16 == 0, "BLOCK_N must be a multiple of 16 (P V k-steps)
 static_assert(S_COLS % 8 == 0, "each warp's S columns must be whole n8 tiles");
 static_assert(O_NTILES % 2 == 0, "output columns per warp must be a multiple of 16");
 static_assert(S_NTILES == 1 || S_NTILES % 2 == 0, "S n8 tiles per warp: 1 or even");
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x2(unsigned (&r)[2], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-
-// c (16x8 fp32) += a (16x16) * b (16x8); fragments as in the PTX ISA for m16n8k16.
-__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 "
-               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  elem2_t v;
-#if USE_FP16
-  v = __floats2half2_rn(lo, hi);
-#else
-  v = __floats2bfloat162_rn(lo, hi);
-#endif
-  return *reinterpret_cast<unsigned*>(&v);
-}
 
 // Kernel arguments, flat (CuPy passes scalars and pointers, not structs).
 #define VERIFY_PARAMS                                                                                   \

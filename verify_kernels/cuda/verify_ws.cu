@@ -24,9 +24,6 @@
 // Online softmax in fp32 (base 2). With one split the CTA writes the output; otherwise fp32 partial
 // outputs and natural-log LSEs for the shared split combine (verify_kernels/split_combine.py).
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #ifndef WARPS_M
 #define WARPS_M 2
 #endif
@@ -51,19 +48,7 @@
 #ifndef SPLIT_K
 #define SPLIT_K 1
 #endif
-#ifndef USE_FP16
-#define USE_FP16 0
-#endif
-
-#if USE_FP16
-typedef __half elem_t;
-typedef __half2 elem2_t;
-#define MMA_TYPE "f16"
-#else
-typedef __nv_bfloat16 elem_t;
-typedef __nv_bfloat162 elem2_t;
-#define MMA_TYPE "bf16"
-#endif
+#include "mma_sync.cuh"
 
 constexpr int D = 576;
 constexpr int DV = 512;
@@ -101,10 +86,6 @@ static_assert(PRODUCER || (STAGES >= 2 && WARPS_N >= 2 && !SPLIT_K),
               "without a producer warp: STAGES >= 2, WARPS_N >= 2 and no SPLIT_K (its refill needs a CTA barrier)");
 static_assert(!SPLIT_K || (D / 16) % WARPS_N == 0, "SPLIT_K: 36 k-steps must split evenly over WARPS_N");
 static_assert(WARPS_M <= 14, "named barriers: 1 for the consumers, 2 .. WARPS_M + 1 for the rows");
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // ---- mbarriers and bulk copies (PTX ISA 8.0, sm_90+) ----
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
@@ -146,43 +127,8 @@ __device__ __forceinline__ void row_group_sync(int wm) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(2 + wm), "n"(32 * WARPS_N) : "memory");
 }
 
-// ---- cp.async (Q), ldmatrix, mma.sync ----
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
+// cp.async.wait_all for Q; the other cp.async, ldmatrix and mma.sync helpers are in mma_sync.cuh.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x2(unsigned (&r)[2], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-
-// c (16x8 fp32) += a (16x16) * b (16x8); fragments as in the PTX ISA for m16n8k16.
-__device__ __forceinline__ void mma_16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MMA_TYPE "." MMA_TYPE ".f32 "
-               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
-  elem2_t v;
-#if USE_FP16
-  v = __floats2half2_rn(lo, hi);
-#else
-  v = __floats2bfloat162_rn(lo, hi);
-#endif
-  return *reinterpret_cast<unsigned*>(&v);
-}
 
 // Kernel arguments, flat (CuPy passes scalars and pointers, not structs).
 #define VERIFY_PARAMS                                                                                   \

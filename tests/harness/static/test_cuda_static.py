@@ -1,21 +1,25 @@
-"""cuda_coalesced without a GPU: nvcc compiles its source for sm_90 and sm_120, and its rules."""
+"""The CUDA variants without a GPU: nvcc compiles each one's source for sm_90 and sm_120 (both
+variants), and cuda_coalesced's rules (cuda_ws's: test_cuda_ws_static.py)."""
 
 import shutil
 
 import pytest
 
-from verify_kernels import cuda_coalesced
+from verify_kernels import cuda_coalesced, variants
+
+CUDA_VARIANTS = ("cuda_coalesced", "cuda_ws")
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (CI has it)")
 
 
 @needs_nvcc
+@pytest.mark.parametrize("variant", CUDA_VARIANTS)
 @pytest.mark.parametrize("arch, smem_limit_kb", [("sm_90", 227), ("sm_120", 99)])
-def test_default_config_compiles_without_spills_within_the_arch_smem(arch, smem_limit_kb):
+def test_default_config_compiles_without_spills_within_the_arch_smem(variant, arch, smem_limit_kb):
     """Each arch's default compiles with nvcc, does not spill and fits the arch's shared memory."""
     from harness.static.report import default_rows as static_rows
 
-    (row,) = static_rows("cuda_coalesced", arch)
+    (row,) = static_rows(variant, arch)
     assert row["registers"] > 0, row
     assert row["spill_store_bytes"] == 0 and row["spill_load_bytes"] == 0, row
     assert row["shared_bytes"] <= smem_limit_kb * 1024, f"{arch} default: {row['shared_bytes']} B"
@@ -23,11 +27,13 @@ def test_default_config_compiles_without_spills_within_the_arch_smem(arch, smem_
 
 
 @needs_nvcc
-def test_sm120_default_also_compiles_for_sm90():
+@pytest.mark.parametrize("variant", CUDA_VARIANTS)
+def test_sm120_default_also_compiles_for_sm90(variant):
     """One source: the sm_120 default is a valid sm_90 config too."""
     from harness.static.report import default_rows as static_rows
 
-    (row,) = static_rows("cuda_coalesced", "sm_90", [cuda_coalesced.DEFAULT_CONFIGS["sm_120"]])
+    defaults = variants.load_variant(variant).DEFAULT_CONFIGS["sm_120"]
+    (row,) = static_rows(variant, "sm_90", [defaults])
     assert row["feasible"] and row["spill_store_bytes"] == 0, row
 
 

@@ -1,4 +1,5 @@
-"""cuda_ws without a GPU: nvcc compiles its source for sm_90 and sm_120, and its rules."""
+"""cuda_ws without a GPU: its rules, both hand-offs and fp16 through nvcc (its defaults compile in
+test_cuda_static.py, with cuda_coalesced's)."""
 
 import shutil
 
@@ -7,28 +8,6 @@ import pytest
 from verify_kernels import cuda_ws
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (CI has it)")
-
-
-@needs_nvcc
-@pytest.mark.parametrize("arch, smem_limit_kb", [("sm_90", 227), ("sm_120", 99)])
-def test_default_config_compiles_without_spills_within_the_arch_smem(arch, smem_limit_kb):
-    """Each arch's default compiles with nvcc, does not spill and fits the arch's shared memory."""
-    from harness.static.report import default_rows as static_rows
-
-    (row,) = static_rows("cuda_ws", arch)
-    assert row["registers"] > 0, row
-    assert row["spill_store_bytes"] == 0 and row["spill_load_bytes"] == 0, row
-    assert row["shared_bytes"] <= smem_limit_kb * 1024, f"{arch} default: {row['shared_bytes']} B"
-    assert row["feasible"] and row["blocks_per_sm"] >= 1, row
-
-
-@needs_nvcc
-def test_sm120_default_also_compiles_for_sm90():
-    """One source: the sm_120 default is a valid sm_90 config too."""
-    from harness.static.report import default_rows as static_rows
-
-    (row,) = static_rows("cuda_ws", "sm_90", [cuda_ws.DEFAULT_CONFIGS["sm_120"]])
-    assert row["feasible"] and row["spill_store_bytes"] == 0, row
 
 
 @needs_nvcc
