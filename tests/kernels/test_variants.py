@@ -6,6 +6,7 @@ CPU: the small case matrix under TRITON_INTERPRET=1. GPU (marker ``gpu``): the l
 import pytest
 import torch
 
+from conftest import capture_graph
 from harness.bench.cases import Case, check_matrix, check_page_sizes, cpu_cases, gpu_cases, run_case
 from verify_kernels import VARIANTS, variants
 
@@ -110,14 +111,7 @@ def test_cuda_graph_replay_with_new_inputs(variant):
                          variant=variant, out=out, validate=False)
 
     load(problems[0])
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
+    graph = capture_graph(call)
 
     for problem in reversed(problems):
         load(problem)
