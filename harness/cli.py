@@ -8,6 +8,7 @@
     vk decode    the DDTree decode loop on an MLA model (Kimi-K2 shaped), per-phase step times
     vk decode-report  decode records -> markdown table and plots
     vk env       the environment a record would carry
+    vk predict   predicted time of a config on an arch; vk predict-fit fits and validates the predictor
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from harness.arguments import COMMON_HELP, OneLineParser
 from harness.bench import cli as bench_cli
 from harness.decode import cli as decode_cli
 from harness.measure import cli as measure_cli
+from harness.predict import cli as predict_cli
 from harness.static import cli as static_cli
 from harness.tune import cli as tune_cli
 
 # Each subpackage registers its own subcommands (flashinfer's benchmarks/routines style).
-COMMAND_GROUPS = (bench_cli, static_cli, tune_cli, decode_cli, measure_cli)
+COMMAND_GROUPS = (bench_cli, static_cli, tune_cli, decode_cli, measure_cli, predict_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

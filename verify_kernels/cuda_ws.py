@@ -203,6 +203,23 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         launch_combine(partial_out, partial_lse, out, kv_splits)
 
 
+def tile_work(config: dict) -> dict:
+    """What one CTA does per KV tile, for performance models: mma.sync m16n8k16 count, bytes through
+    the shared-memory pipe (ldmatrix reads, the bulk copy's writes, P or the partial-S exchange),
+    barriers, and the warps the CTA keeps resident."""
+    rows, block_n = rows_per_cta(config), config["BLOCK_N"]
+    warps_n, row_tiles, split_k = config["WARPS_N"], config["ROW_TILES"], config["SPLIT_K"]
+    consumers = config["WARPS_M"] * warps_n
+    s_cols = block_n if split_k else block_n // warps_n
+    k_steps = (HEAD_DIM // 16) // (warps_n if split_k else 1)
+    qk = consumers * k_steps * (row_tiles * 512 + s_cols * 32)
+    pv = consumers * (block_n // 16) * ((0 if split_k else row_tiles * 512) + (V_DIM // warps_n) * 32)
+    staging = consumers * row_tiles * 16 * block_n * 4 * warps_n if split_k else 2 * 2 * rows * block_n
+    return {"rows": rows, "block_n": block_n, "mma": rows * block_n * (HEAD_DIM + V_DIM) * 2 // 4096,
+            "smem_bytes": qk + pv + staging + block_n * HEAD_DIM * 2, "barriers": 2,
+            "warps": consumers + config["PRODUCER"]}
+
+
 def offline_arch_problem(arch: str) -> str | None:
     """Why ``kernel_specs`` cannot compile for ``arch`` (None: it can): bulk copies need sm_90+."""
     major = int(arch.removeprefix("sm_").rstrip("a")) // 10

@@ -54,6 +54,7 @@ OPTIONAL: dict[str, Any] = {
     "config_problems": lambda config: [],             # (config) -> why a config cannot compile, before compiling
     "offline_arch_problem": lambda arch: None,        # (arch) -> why kernel_specs cannot compile for it
     "SOURCE": None,                                   # the CUDA source file of a CUDA variant (part of its hash)
+    "tile_work": None,                                # (config) -> per-KV-tile work of one CTA, for the predictor
 }
 
 

@@ -13,6 +13,7 @@ ALLOWED = {
     "bench": {"measure", "static"},
     "tune": {"measure", "static", "bench"},
     "decode": {"measure", "static", "bench"},
+    "predict": {"measure", "static"},
 }
 
 

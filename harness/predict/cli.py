@@ -1,0 +1,110 @@
+"""``vk predict`` (one config's predicted time on an arch) and ``vk predict-fit`` (fit on measured
+records, validate on held-out configs, predict the variant's space on another arch)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.arguments import int_in, int_list_in, json_dict
+
+PARAMS_DIR = Path(__file__).parent / "params"
+
+
+def params_path(variant: str, fitted_on: str) -> Path:
+    return PARAMS_DIR / f"{variant}-{fitted_on}.yaml"
+
+
+def load_params(variant: str, fitted_on: str) -> dict:
+    import yaml
+
+    path = params_path(variant, fitted_on)
+    if not path.exists():
+        raise SystemExit(f"vk predict: no fitted parameters for {variant!r} on {fitted_on} ({path}); run vk predict-fit")
+    return yaml.safe_load(path.read_text())
+
+
+def cmd_predict(args) -> int:
+    from harness.predict.arch import load_arch
+    from harness.predict.fit import blocks_per_sm
+    from harness.predict.model import predict
+    from verify_kernels import variants
+
+    try:
+        arch = load_arch(args.arch)
+        module = variants.load_variant(args.variant)
+    except ValueError as error:
+        raise SystemExit(f"vk predict: {error}") from None
+    fitted = load_params(args.variant, args.fitted_on)
+    config = {**module.DEFAULT_CONFIGS.get(args.arch, module.DEFAULT_CONFIG), **(args.config or {})}
+    problems = variants.optional(module, "config_problems")(config)
+    if problems:
+        raise SystemExit(f"vk predict: --config: {'; '.join(problems)}")
+    blocks = blocks_per_sm(args.variant, args.arch, config)
+    for length in args.prefix:
+        for nodes in args.tree:
+            for heads in args.heads:
+                result = predict(args.variant, config, prefix_len=length, tree_nodes=nodes, heads=heads, arch=arch,
+                                 blocks_per_sm=blocks, params=fitted["params"])
+                print(json.dumps({"arch": args.arch, "predicted": True, "fitted_on": args.fitted_on, "variant": args.variant,
+                                  "config": config, "prefix_len": length, "tree_nodes": nodes, "heads": heads,
+                                  **result.as_dict()}))
+    return 0
+
+
+def cmd_predict_fit(args) -> int:
+    import yaml
+
+    from harness.measure.environment import git_commit
+    from harness.measure.paths import results_dir
+    from harness.predict.arch import load_arch
+    from harness.predict.fit import config_key, fit, measured_points, split_configs, validate
+    from harness.predict.report import predicted_space, write_validation
+
+    missing = [str(p) for p in args.records if not p.is_file()]
+    if missing:
+        raise SystemExit(f"vk predict-fit: --records: no such file: {', '.join(missing)}")
+    points = measured_points(args.records, args.variant)
+    if not points:
+        raise SystemExit(f"vk predict-fit: --records hold no ok records of {args.variant!r}")
+    arch = load_arch(args.fitted_on)
+    train, held_out = split_configs(points)
+    fitted = fit(points, args.variant, arch, args.fitted_on, train, trials=args.trials)
+    rows = validate(points, args.variant, arch, fitted["blocks"], fitted["params"], held_out)
+    out_dir = results_dir() / "predict"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = {"variant": args.variant, "fitted_on": args.fitted_on, "params": fitted["params"],
+              "train_loss_mean_squared_log": fitted["train_loss"], "training_points": fitted["training_points"],
+              "records": [str(p) for p in args.records], "git_commit": git_commit().get("commit"),
+              "train_configs": sorted(train), "held_out_configs": sorted(held_out), "validation": rows}
+    PARAMS_DIR.mkdir(exist_ok=True)
+    params_path(args.variant, args.fitted_on).write_text(yaml.safe_dump(record, sort_keys=False))
+    markdown = write_validation(points, args.variant, arch, fitted, rows, held_out, out_dir, args.fitted_on)
+    print(markdown.read_text())
+    for target in args.predict_for or []:
+        table = predicted_space(args.variant, load_arch(target), target, fitted["params"], args.fitted_on, out_dir)
+        print(table.read_text())
+    print(f"wrote {params_path(args.variant, args.fitted_on)} and {out_dir}; held-out configs: {len(held_out)}, "
+          f"training configs: {len(train)} ({config_key.__name__} ignores kv_splits)")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Register this package's subcommands on the ``vk`` parser."""
+    predict = sub.add_parser("predict", help="predicted time of a config on an arch (no GPU needed)")
+    predict.add_argument("--arch", default="sm_120", help="an arch spec in harness/predict/arch/")
+    predict.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
+    predict.add_argument("--config", type=json_dict, help="config overrides over the arch's default")
+    predict.add_argument("--prefix", type=int_list_in(0), default=[131072], help="prefix lengths L")
+    predict.add_argument("--tree", type=int_list_in(1, 1024), default=[64], help="tree sizes T")
+    predict.add_argument("--heads", type=int_list_in(1, 128), default=[8], help="heads H")
+    predict.add_argument("--fitted-on", default="sm_90", help="the arch whose measurements fitted the parameters")
+    predict.set_defaults(func=cmd_predict)
+
+    fit = sub.add_parser("predict-fit", help="fit the predictor on records, validate on held-out configs")
+    fit.add_argument("--records", type=Path, nargs="+", required=True, help="bench JSONL files of one GPU")
+    fit.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
+    fit.add_argument("--fitted-on", default="sm_90", help="the arch spec of the GPU that measured the records")
+    fit.add_argument("--predict-for", nargs="*", default=["sm_120"], help="archs whose search space to predict")
+    fit.add_argument("--trials", type=int_in(1), default=400, help="Optuna trials of the fit")
+    fit.set_defaults(func=cmd_predict_fit)

@@ -1,0 +1,123 @@
+"""Fit the predictor's five parameters on measured records of one GPU and validate it on held-out
+configs; predict a variant's whole search space on another arch.
+
+Fitting: Optuna (TPE, seeded) minimises the mean squared log ratio of predicted to measured time over
+the training configs. Held out: every third distinct config (sorted), never seen by the fit. Per
+shape key (L, T, H) the validation reports the Spearman rank correlation over held-out configs,
+the measured time of the predicted-best held-out config against the measured best, and the median
+absolute % error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from harness.static.space import STATIC_CACHE_DIR, _compile_key, static_feasibility
+
+from .arch import Arch
+from .model import PARAMETERS, predict
+
+SEARCH = {"tensor_efficiency": (0.2, 1.0), "smem_efficiency": (0.2, 1.0), "saturating_warps": (1.0, 64.0),
+          "tile_overhead_cycles": (0.0, 4000.0), "fixed_us": (0.0, 30.0)}
+
+
+def blocks_per_sm(variant: str, arch: str, config: dict) -> int:
+    """CTAs per SM from the static model's cache (``vk static --space`` fills it), compiling if absent."""
+    path = STATIC_CACHE_DIR / f"{variant}-{arch}.json"
+    rows = json.loads(path.read_text()).get("rows", {}) if path.exists() else {}
+    row = rows.get(_compile_key(config))
+    if row is None:
+        from harness.static.report import static_rows
+
+        row = static_rows(variant, arch, [config])[0]
+    return int(row.get("blocks_per_sm") or 0)
+
+
+def measured_points(paths: list[Path], variant: str) -> list[dict]:
+    """ok records of ``variant``: shape, resolved config (kv_splits as the launch chose it), median."""
+    points = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("variant") != variant or record.get("status") != "ok":
+                continue
+            points.append({"prefix_len": record["prefix_len"], "tree_nodes": record["tree_nodes"],
+                           "heads": record["heads"], "batch": record.get("batch", 1), "page_size": record["page_size"],
+                           "config": record["resolved_config"], "measured_ms": record["median_ms"],
+                           "source": path.name})
+    return points
+
+
+def config_key(config: dict) -> str:
+    return json.dumps({k: v for k, v in sorted(config.items()) if k != "kv_splits"})
+
+
+def split_configs(points: list[dict]) -> tuple[set, set]:
+    keys = sorted({config_key(p["config"]) for p in points})
+    held_out = set(keys[1::3])
+    return set(keys) - held_out, held_out
+
+
+def predicted_ms(point: dict, variant: str, arch: Arch, blocks: dict, params: dict, *, own_splits: bool = True) -> float:
+    config = dict(point["config"]) if own_splits else {**point["config"], "kv_splits": 0}
+    return predict(variant, config, prefix_len=point["prefix_len"], tree_nodes=point["tree_nodes"], heads=point["heads"],
+                   arch=arch, blocks_per_sm=blocks[config_key(point["config"])], params=params,
+                   batch=point["batch"], page_size=point["page_size"]).time_ms
+
+
+def fit(points: list[dict], variant: str, arch: Arch, arch_name: str, train: set, trials: int = 400) -> dict:
+    import optuna
+
+    blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key)) for key in {config_key(p["config"]) for p in points}}
+    training = [p for p in points if config_key(p["config"]) in train and blocks[config_key(p["config"])] >= 1]
+
+    def loss(trial) -> float:
+        params = {name: trial.suggest_float(name, *SEARCH[name]) for name in PARAMETERS}
+        errors = [math.log(predicted_ms(p, variant, arch, blocks, params) / p["measured_ms"]) for p in training]
+        return float(np.mean(np.square(errors)))
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    study.optimize(loss, n_trials=trials)
+    return {"params": study.best_params, "train_loss": study.best_value, "blocks": blocks,
+            "training_points": len(training)}
+
+
+def spearman(a: list[float], b: list[float]) -> float:
+    """Spearman's rho (average ranks for ties)."""
+    def ranks(values):
+        values = np.asarray(values, dtype=float)
+        order = values.argsort()
+        ranked = np.empty(len(values))
+        ranked[order] = np.arange(len(values))
+        for value in np.unique(values):  # ties share their mean rank
+            ranked[values == value] = ranked[values == value].mean()
+        return ranked
+
+    ra, rb = ranks(a), ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def validate(points: list[dict], variant: str, arch: Arch, blocks: dict, params: dict, held_out: set) -> list[dict]:
+    """Per shape key over held-out configs: Spearman, predicted-best's measured / measured best, median |% error|."""
+    rows = []
+    keys = sorted({(p["prefix_len"], p["tree_nodes"], p["heads"]) for p in points})
+    for key in keys:
+        group = [p for p in points if (p["prefix_len"], p["tree_nodes"], p["heads"]) == key
+                 and config_key(p["config"]) in held_out and blocks[config_key(p["config"])] >= 1]
+        if len(group) < 2:
+            continue
+        predicted = [predicted_ms(p, variant, arch, blocks, params) for p in group]
+        measured = [p["measured_ms"] for p in group]
+        chosen = int(np.argmin(predicted))
+        rows.append({"prefix_len": key[0], "tree_nodes": key[1], "heads": key[2], "configs": len(group),
+                     "spearman": spearman(predicted, measured),
+                     "predicted_best_vs_best": measured[chosen] / min(measured),
+                     "median_abs_pct_error": float(np.median(np.abs(np.array(predicted) / np.array(measured) - 1)) * 100)})
+    return rows

@@ -1,0 +1,90 @@
+"""Predicted kernel time from an arch spec, the static model's resources and a variant's declared
+per-tile work (``tile_work``), with five parameters fitted on measurements (``fit.py``).
+
+One launch: CTAs = row blocks x KV splits x requests, ``blocks_per_sm`` of them resident per SM
+(registers, shared memory and threads: the static model), in ``waves`` over the SMs. An SM runs a
+round of tiles (one per resident CTA) in
+
+    max(mma cycles / (tensor efficiency x f), shared-memory bytes / (128 B/clk x smem efficiency x f))
+        + tile overhead x barriers,   f = min(1, resident warps / saturating warps)
+
+so a config is tensor-bound or shared-memory-bound by the arch's per-clock rates (the H200 does
+~2,500 mma FLOP per SM-clock against 128 B; the RTX PRO 6000 ~1,000), and latency-bound below the
+saturating warp count. The longest CTA's tiles x waves x round, plus a fixed launch cost and the
+split combine's traffic, floored by the DRAM time of reading the KV once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from verify_kernels import variants
+from verify_kernels.splits import MAX_KV_SPLITS, MIN_SPLIT_TOKENS
+
+from .arch import Arch
+
+PARAMETERS = ("tensor_efficiency", "smem_efficiency", "saturating_warps", "tile_overhead_cycles", "fixed_us")
+HEAD_DIM, V_DIM = 576, 512
+
+
+@dataclass(frozen=True)
+class Prediction:
+    time_ms: float
+    bound: str          # "tensor", "shared memory" or "dram"
+    ctas: int
+    blocks_per_sm: int
+    waves: int
+    tiles_per_cta: int
+    warps_per_sm: int
+    kv_splits: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def kv_splits_for(config: dict, rows: int, work: dict, arch: Arch, capacity: int, batch: int) -> int:
+    """The kernel's own choice for kv_splits=0 (one wave of CTAs, >= MIN_SPLIT_TOKENS each), on ``arch``."""
+    if config.get("kv_splits"):
+        return config["kv_splits"]
+    row_blocks = math.ceil(rows / work["rows"])
+    by_length = max(1, capacity // max(MIN_SPLIT_TOKENS, work["block_n"]))
+    per_sm = config.get("MIN_BLOCKS", 1)
+    return max(1, min(per_sm * arch.sms // (row_blocks * batch), by_length, MAX_KV_SPLITS))
+
+
+def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, heads: int, arch: Arch,
+            blocks_per_sm: int, params: dict, batch: int = 1, page_size: int = 64) -> Prediction:
+    """Predicted time of one launch of ``variant`` at ``config`` (``blocks_per_sm`` from the static model)."""
+    tile_work = variants.optional(variants.load_variant(variant), "tile_work")
+    if tile_work is None:
+        raise ValueError(f"variant: {variant!r} declares no tile_work; the predictor covers "
+                         f"{[n for n in variants.VARIANTS if variants.optional(variants.load_variant(n), 'tile_work')]}")
+    if blocks_per_sm < 1:
+        raise ValueError(f"blocks_per_sm: the config cannot place a CTA on an SM of {arch.name} (got {blocks_per_sm})")
+    missing = [name for name in PARAMETERS if name not in params]
+    if missing:
+        raise ValueError(f"params: missing {missing}")
+    work = tile_work(config)
+    rows = tree_nodes * heads
+    sequence = prefix_len + tree_nodes
+    capacity = (math.ceil(sequence / page_size) + 1) * page_size  # a spare logical page, as tables have
+    splits = kv_splits_for(config, rows, work, arch, capacity, batch)
+    split_len = math.ceil(math.ceil(capacity / splits) / work["block_n"]) * work["block_n"]
+    tiles = math.ceil(min(split_len, sequence) / work["block_n"])
+    ctas = math.ceil(rows / work["rows"]) * splits * batch
+    resident = max(1, min(blocks_per_sm, math.ceil(ctas / arch.sms)))
+    waves = math.ceil(ctas / (arch.sms * blocks_per_sm))
+    warps = resident * work["warps"]
+    latency = min(1.0, warps / params["saturating_warps"])
+    mma_cycles = resident * work["mma"] * 4096 / (arch.mma_sync_flop_per_clock_per_sm * params["tensor_efficiency"] * latency)
+    smem_cycles = resident * work["smem_bytes"] / (arch.smem_bytes_per_clock_per_sm * params["smem_efficiency"] * latency)
+    round_cycles = max(mma_cycles, smem_cycles) + params["tile_overhead_cycles"] * work["barriers"]
+    kernel_ms = waves * tiles * round_cycles / (arch.clock_ghz * 1e6)
+    combine_bytes = (batch * splits * rows * (V_DIM + 1) * 4 + batch * rows * V_DIM * 2) if splits > 1 else 0
+    time_ms = kernel_ms + params["fixed_us"] / 1e3 + combine_bytes / (arch.dram_tbps * 1e9)
+    dram_ms = batch * sequence * HEAD_DIM * 2 / (arch.dram_tbps * 1e9)
+    bound = "tensor" if mma_cycles >= smem_cycles else "shared memory"
+    if dram_ms > time_ms:
+        time_ms, bound = dram_ms, "dram"
+    return Prediction(time_ms, bound, ctas, blocks_per_sm, waves, tiles, warps, splits)

@@ -1,0 +1,106 @@
+"""The predictor's validation table and figure, and a variant's whole search space predicted on an
+arch (markdown; records marked predicted)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .arch import Arch
+from .fit import blocks_per_sm, config_key, predicted_ms
+from .model import predict
+
+KEYS_L = (4096, 32768, 131072, 185000)
+KEYS_T = (16, 64, 256)
+KEYS_H = (8, 16)
+
+
+def write_validation(points, variant: str, arch: Arch, fitted: dict, rows: list[dict], held_out: set, out_dir: Path,
+                     fitted_on: str) -> Path:
+    """results/predict/validation-<variant>-<arch>.md (+ .png with matplotlib): per key, and every point."""
+    from tabulate import tabulate
+
+    table = [(r["prefix_len"], r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
+              f"{r['predicted_best_vs_best']:.3f}", f"{r['median_abs_pct_error']:.1f}") for r in rows]
+    spearman_ok = sum(r["spearman"] >= 0.8 for r in rows)
+    best_ok = sum(r["predicted_best_vs_best"] <= 1.10 for r in rows)
+    lines = [f"# Predictor validation: {variant}, fitted on {fitted_on} ({arch.gpu})", "",
+             f"Fitted on {fitted['training_points']} measurements of the training configs; validated on "
+             f"{len(held_out)} held-out configs the fit never saw. Parameters: "
+             + ", ".join(f"{k} {v:.3g}" for k, v in fitted["params"].items()) + ".", "",
+             tabulate(table, headers=["L", "T", "H", "held-out configs", "Spearman", "predicted best / best",
+                                      "median |error| %"], tablefmt="github"), "",
+             f"Targets: Spearman >= 0.8 at {spearman_ok} of {len(rows)} keys; predicted best within 10% of the "
+             f"measured best at {best_ok} of {len(rows)} keys."]
+    path = out_dir / f"validation-{variant}-{fitted_on}.md"
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return path
+    figure, axes = plt.subplots(figsize=(5, 5))
+    for label, keep, colour in (("training configs", False, "tab:blue"), ("held-out configs", True, "tab:orange")):
+        chosen = [p for p in points if (config_key(p["config"]) in held_out) == keep
+                  and fitted["blocks"][config_key(p["config"])] >= 1]
+        axes.scatter([p["measured_ms"] for p in chosen],
+                     [predicted_ms(p, variant, arch, fitted["blocks"], fitted["params"]) for p in chosen],
+                     s=12, label=label, color=colour)
+    limits = [min(p["measured_ms"] for p in points) / 1.5, max(p["measured_ms"] for p in points) * 1.5]
+    axes.plot(limits, limits, color="grey", linewidth=0.8)
+    axes.set(xscale="log", yscale="log", xlabel="measured ms", ylabel="predicted ms",
+             title=f"{variant} on {arch.gpu}: predicted vs measured")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path.with_suffix(".png"), dpi=120)
+    plt.close(figure)
+    return path
+
+
+def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitted_on: str, out_dir: Path) -> Path:
+    """Every feasible config of the variant's ``arch_name`` space predicted at each key; the best per
+    key to results/predict/<variant>-<arch>-predicted.{md,jsonl}, each record ``predicted: true``."""
+    from tabulate import tabulate
+
+    from harness.static.space import static_feasibility
+
+    feasible = [c.config for c in static_feasibility(variant, arch_name, progress=False) if c.feasible]
+    records = []
+    for length in KEYS_L:
+        for nodes in KEYS_T:
+            for heads in KEYS_H:
+                best = None
+                for config in feasible:
+                    blocks = blocks_per_sm(variant, arch_name, config)
+                    if blocks < 1:
+                        continue
+                    result = predict(variant, config, prefix_len=length, tree_nodes=nodes, heads=heads, arch=arch,
+                                     blocks_per_sm=blocks, params=params)
+                    if best is None or result.time_ms < best[1].time_ms:
+                        best = (config, result)
+                config, result = best
+                floor = 1e3 * max((length + nodes) * 1152 / (arch.dram_tbps * 1e12),   # seconds -> ms
+                                  2 * nodes * heads * (length + nodes) * 1088
+                                  / (arch.mma_sync_flop_per_clock_per_sm * arch.sms * arch.clock_ghz * 1e9))
+                records.append({"predicted": True, "arch": arch_name, "fitted_on": fitted_on, "variant": variant,
+                                "prefix_len": length, "tree_nodes": nodes, "heads": heads, "page_size": 64,
+                                "config": {k: v for k, v in config.items() if k != "kv_splits"},
+                                "predicted_pct_of_spec_floor": 100 * floor / result.time_ms, **result.as_dict()})
+    jsonl = out_dir / f"{variant}-{arch_name}-predicted.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
+    table = [(r["prefix_len"], r["tree_nodes"], r["heads"], f"{r['time_ms']:.3f}", f"{r['predicted_pct_of_spec_floor']:.0f}%",
+              r["bound"], r["blocks_per_sm"], r["waves"], r["kv_splits"],
+              ",".join(f"{k}={v}" for k, v in r["config"].items() if k not in ("MIN_BLOCKS",)))
+             for r in records]
+    path = out_dir / f"{variant}-{arch_name}-predicted.md"
+    path.write_text(f"# {variant} on {arch.gpu} ({arch_name}): PREDICTED, not measured\n\n"
+                    f"Parameters fitted on {fitted_on}; {len(feasible)} feasible configs of the {arch_name} space "
+                    f"(static model); floor from the arch spec's rates ({arch.dram_tbps} TB/s, "
+                    f"{arch.mma_sync_flop_per_clock_per_sm * arch.sms * arch.clock_ghz / 1e3:.0f} TFLOP/s mma.sync).\n\n"
+                    + tabulate(table, headers=["L", "T", "H", "predicted ms", "of floor", "bound", "CTAs/SM", "waves",
+                                               "splits", "best config"], tablefmt="github") + "\n")
+    assert all(math.isfinite(r["time_ms"]) for r in records)
+    return path

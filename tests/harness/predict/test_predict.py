@@ -1,0 +1,121 @@
+"""The predictor on hand-checked cases, the arch files' validation, the fit's helpers and the CLI."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from harness.predict.arch import available, load_arch, parse_arch
+from harness.predict.fit import blocks_per_sm, spearman
+from harness.predict.model import predict
+from verify_kernels import cuda_ws
+
+EXACT = {"tensor_efficiency": 1.0, "smem_efficiency": 1.0, "saturating_warps": 1.0, "tile_overhead_cycles": 0.0,
+         "fixed_us": 0.0}
+
+
+def test_arch_files_load_and_source_every_field():
+    assert {"sm_90", "sm_120"} <= set(available())
+    h200, pro6000 = load_arch("sm_90"), load_arch("sm_120")
+    assert (h200.sms, pro6000.sms) == (132, 188)
+    assert pro6000.smem_per_block_kb == 99 and pro6000.max_threads_per_sm == 1536
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.pop("sms"), "missing fields \\['sms'\\]"),
+    (lambda d: d["sources"].pop("dram_tbps"), "without a source \\['dram_tbps'\\]"),
+    (lambda d: d.update(clock_ghz=-1), "must be positive numbers"),
+])
+def test_arch_validation_names_the_field(change, message):
+    import yaml
+
+    from harness.predict.arch import ARCH_DIR
+
+    data = yaml.safe_load((ARCH_DIR / "sm_120.yaml").read_text())
+    change(data)
+    with pytest.raises(ValueError, match=message):
+        parse_arch(data, "my-gpu.yaml")
+    with pytest.raises(ValueError, match="no spec for 'sm_75'"):
+        load_arch("sm_75")
+
+
+def test_shared_memory_bound_tile_by_hand():
+    """48 rows x 32-token tiles, one CTA, one split, 10 tiles: 10 x 325,632 B / 128 B per clock."""
+    config = {**cuda_ws.DEFAULT_CONFIGS["sm_90"], "kv_splits": 1}
+    work = cuda_ws.tile_work(config)
+    assert (work["rows"], work["mma"], work["smem_bytes"]) == (48, 816, 325632)
+    result = predict("cuda_ws", config, prefix_len=314, tree_nodes=6, heads=8, arch=load_arch("sm_90"),
+                     blocks_per_sm=1, params=EXACT)
+    assert (result.ctas, result.waves, result.tiles_per_cta, result.bound) == (1, 1, 10, "shared memory")
+    assert math.isclose(result.time_ms, 10 * 325632 / 128 / 1.98e6, rel_tol=1e-9)
+
+
+def test_tensor_bound_on_the_slower_tensor_arch():
+    """The same work is tensor-bound where mma.sync does ~1,000 FLOP per SM-clock (sm_120), not 2,487."""
+    config = {**cuda_ws.DEFAULT_CONFIGS["sm_90"], "kv_splits": 1}
+    on_120 = predict("cuda_ws", config, prefix_len=314, tree_nodes=6, heads=8, arch=load_arch("sm_120"),
+                     blocks_per_sm=1, params=EXACT)
+    assert on_120.bound == "tensor"
+    assert math.isclose(on_120.time_ms, 10 * 816 * 4096 / 1031 / 2.6e6, rel_tol=1e-9)
+
+
+def test_a_second_wave_costs_a_second_round():
+    """48 rows: T 6 x H 8 is one row block; 132 splits fill one wave of the H200, 133 start a second."""
+    config = cuda_ws.DEFAULT_CONFIGS["sm_90"]
+    arch = load_arch("sm_90")
+    runs = {splits: predict("cuda_ws", {**config, "kv_splits": splits}, prefix_len=131072, tree_nodes=6, heads=8,
+                            arch=arch, blocks_per_sm=1, params=EXACT) for splits in (132, 133)}
+    assert (runs[132].waves, runs[133].waves) == (1, 2)
+    tiles = runs[133].tiles_per_cta
+    combine_bytes = 133 * 48 * 513 * 4 + 48 * 512 * 2  # fp32 partials and LSEs read, the output written
+    expected = 2 * tiles * 325632 / 128 / 1.98e6 + combine_bytes / 4.27e9
+    assert math.isclose(runs[133].time_ms, expected, rel_tol=1e-9)
+
+
+def test_register_limited_occupancy_feeds_the_latency_term():
+    """A config the static model limits by registers to 2 CTAs per SM runs 2 resident where CTAs allow."""
+    config = {"WARPS_M": 2, "ROW_TILES": 1, "WARPS_N": 2, "BLOCK_N": 16, "STAGES": 2, "MIN_BLOCKS": 1, "PRODUCER": 0,
+              "SPLIT_K": 0, "kv_splits": 0}
+    blocks = blocks_per_sm("cuda_ws", "sm_90", config)  # the committed static cache: limiter registers
+    assert blocks == 2
+    params = {**EXACT, "saturating_warps": 8.0}
+    arch = load_arch("sm_90")
+    config = {**config, "kv_splits": 16}  # 16 row blocks x 16 splits = 256 CTAs: two per SM where they fit
+    two = predict("cuda_ws", config, prefix_len=131072, tree_nodes=64, heads=8, arch=arch, blocks_per_sm=2,
+                  params=params)
+    one = predict("cuda_ws", config, prefix_len=131072, tree_nodes=64, heads=8, arch=arch, blocks_per_sm=1,
+                  params=params)
+    assert two.warps_per_sm == 8 and one.warps_per_sm == 4 and two.time_ms < one.time_ms
+
+
+def test_spearman():
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(0.866, abs=1e-3)
+
+
+def test_fitted_parameters_and_validation_are_committed():
+    import yaml
+
+    from harness.predict.cli import params_path
+
+    fitted = yaml.safe_load(params_path("cuda_ws", "sm_90").read_text())
+    assert set(fitted["params"]) == {"tensor_efficiency", "smem_efficiency", "saturating_warps",
+                                     "tile_overhead_cycles", "fixed_us"}
+    assert fitted["held_out_configs"] and not set(fitted["held_out_configs"]) & set(fitted["train_configs"])
+    assert len(fitted["validation"]) == 9
+
+
+def test_vk_predict_prints_a_predicted_record():
+    done = subprocess.run([sys.executable, "-m", "harness", "predict", "--arch", "sm_120", "--prefix", "131072",
+                           "--tree", "64", "--heads", "8"], capture_output=True, text=True, check=True)
+    record = json.loads(done.stdout.splitlines()[0])
+    assert record["predicted"] is True and record["arch"] == "sm_120" and record["time_ms"] > 0
+
+
+def test_vk_predict_refuses_a_variant_without_tile_work():
+    done = subprocess.run([sys.executable, "-m", "harness", "predict", "--variant", "triton_splitkv"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "vk predict" in done.stderr
