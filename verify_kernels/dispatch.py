@@ -2,8 +2,10 @@
 
 Tuned records ship with the package in ``verify_kernels/tuned/<gpu-sku>.yaml`` (``VK_TUNED_DIR``
 overrides the folder), one entry per key (variant, GPU, L bucket, T, H, page size, dtype). ``vk tune``
-writes measured winners under ``results/tuned/``; ``vk tuned --publish`` copies them here. The choice uses shapes only, so it is
-graph-safe: the L bucket comes from the block table's capacity (max_pages x page_size), the
+writes measured winners under ``results/tuned/``; ``vk tuned --publish`` copies them here. Where a
+GPU has no measured record for a key, ``predicted-<arch>.yaml`` (``vk predict-fit --ship``: the
+predictor's winners for an arch, e.g. sm_120) is read instead, with a one-time warning that the
+choice is predicted, not measured. The choice uses shapes only, so it is graph-safe: the L bucket comes from the block table's capacity (max_pages x page_size), the
 largest power of two not above it, because prefix_lens lives on the device.
 """
 
@@ -47,8 +49,40 @@ def load_tuned(sku: str, directory: str) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
+def device_arch(device: torch.device) -> str | None:
+    """'sm_<major><minor>' of a CUDA device (e.g. 'sm_120'); None off the GPU."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"
+
+
+def predicted_choice(shape: ProblemShape, bucket: int) -> tuple[str, dict] | None:
+    """(variant, config) of the predictor's winner for this arch and key, warned once per key."""
+    arch = device_arch(shape.device)
+    if arch is None:
+        return None
+    best = None
+    for record in load_tuned(f"predicted-{arch}", str(TUNED_DIR)).values():
+        if (record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"]) != (
+                bucket, shape.tree_nodes, shape.heads, shape.page_size):
+            continue
+        if best is None or record["predicted_ms"] < best["predicted_ms"]:
+            best = record
+    if best is None:
+        return None
+    key = ("predicted", arch, bucket, shape.tree_nodes, shape.heads, shape.page_size)
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"verify_attention(variant='auto'): no measured record for this GPU at L bucket {bucket}, "
+                      f"T={shape.tree_nodes}, H={shape.heads}; using the PREDICTED winner for {arch} "
+                      f"({best['variant']}, fitted on {best['fitted_on']}), not a measured one", stacklevel=3)
+    return best["variant"], dict(best["config"])
+
+
 def tuned_choice(shape: ProblemShape) -> tuple[str, dict] | None:
-    """(variant, config) of the fastest tuned record matching the shape's key, else None (warned once)."""
+    """(variant, config) of the fastest measured record matching the shape's key, else the
+    predicted winner for the GPU's arch, else None (each fallback warned once)."""
     sku = device_sku(shape.device)
     bucket = l_bucket(shape.max_pages * shape.page_size)
     dtype = str(shape.dtype).removeprefix("torch.")
@@ -60,6 +94,9 @@ def tuned_choice(shape: ProblemShape) -> tuple[str, dict] | None:
         if best is None or record["median_ms"] < best["median_ms"]:
             best = record
     if best is None:
+        predicted = predicted_choice(shape, bucket)
+        if predicted is not None:
+            return predicted
         key = (sku, bucket, shape.tree_nodes, shape.heads, shape.page_size, dtype)
         if key not in _warned:
             _warned.add(key)

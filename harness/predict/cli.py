@@ -84,6 +84,14 @@ def cmd_predict_fit(args) -> int:
     for target in args.predict_for or []:
         table = predicted_space(args.variant, load_arch(target), target, fitted["params"], args.fitted_on, out_dir)
         print(table.read_text())
+        if args.ship:
+            import shutil
+
+            from verify_kernels.dispatch import SHIPPED_TUNED_DIR
+
+            shipped = SHIPPED_TUNED_DIR / f"predicted-{target}.yaml"
+            shutil.copyfile(out_dir / f"predicted-{target}.yaml", shipped)
+            print(f"shipped {shipped}: variant='auto' on {target} without measured records reads it")
     print(f"wrote {params_path(args.variant, args.fitted_on)} and {out_dir}; held-out configs: {len(held_out)}, "
           f"training configs: {len(train)} ({config_key.__name__} ignores kv_splits)")
     return 0
@@ -107,4 +115,6 @@ def add_commands(sub) -> None:
     fit.add_argument("--fitted-on", default="sm_90", help="the arch spec of the GPU that measured the records")
     fit.add_argument("--predict-for", nargs="*", default=["sm_120"], help="archs whose search space to predict")
     fit.add_argument("--trials", type=int_in(1), default=400, help="Optuna trials of the fit")
+    fit.add_argument("--ship", action="store_true",
+                     help="copy each predicted table into the package (verify_kernels/tuned/predicted-<arch>.yaml)")
     fit.set_defaults(func=cmd_predict_fit)

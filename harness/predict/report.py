@@ -60,6 +60,31 @@ def write_validation(points, variant: str, arch: Arch, fitted: dict, rows: list[
     return path
 
 
+def write_predicted_table(records: list[dict], path: Path) -> None:
+    """The predicted winners in the dispatch table's layout (verify_kernels/dispatch.py), one per
+    (L bucket, T, H, page size): L 185000 shares the 131072 bucket, where the 131072 prediction
+    stands. Every record says ``predicted: true`` and carries the kernel source hash it assumed."""
+    import yaml
+
+    from harness.static.space import kernel_source_hash
+    from verify_kernels.dispatch import l_bucket
+
+    table = {}
+    for record in records:
+        bucket = l_bucket(record["prefix_len"])
+        if bucket != record["prefix_len"]:
+            continue
+        key = (f"{record['variant']}|{record['arch']}|predicted|L{bucket}|T{record['tree_nodes']}|H{record['heads']}"
+               f"|ps{record['page_size']}")
+        table[key] = {"predicted": True, "arch": record["arch"], "fitted_on": record["fitted_on"],
+                      "variant": record["variant"], "config": {**record["config"], "kv_splits": 0},
+                      "l_bucket": bucket, "tree_nodes": record["tree_nodes"], "heads": record["heads"],
+                      "page_size": record["page_size"], "predicted_ms": record["time_ms"], "bound": record["bound"],
+                      "blocks_per_sm": record["blocks_per_sm"],
+                      "kernel_source_hash": kernel_source_hash(record["variant"])}
+    path.write_text(yaml.safe_dump(table, sort_keys=True))
+
+
 def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitted_on: str, out_dir: Path) -> Path:
     """Every feasible config of the variant's ``arch_name`` space predicted at each key; the best per
     key to results/predict/<variant>-<arch>-predicted.{md,jsonl}, each record ``predicted: true``."""
@@ -89,6 +114,7 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
                                 "prefix_len": length, "tree_nodes": nodes, "heads": heads, "page_size": 64,
                                 "config": {k: v for k, v in config.items() if k != "kv_splits"},
                                 "predicted_pct_of_spec_floor": 100 * floor / result.time_ms, **result.as_dict()})
+    write_predicted_table(records, out_dir / f"predicted-{arch_name}.yaml")
     jsonl = out_dir / f"{variant}-{arch_name}-predicted.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
     table = [(r["prefix_len"], r["tree_nodes"], r["heads"], f"{r['time_ms']:.3f}", f"{r['predicted_pct_of_spec_floor']:.0f}%",

@@ -34,8 +34,10 @@ def tuned_tables(args) -> list[tuple[str, Path]]:
         if not args.file.is_file():
             raise SystemExit(f"vk tuned: --file: no such file: {args.file}")
         return [("given", args.file)]
+    shipped = sorted(SHIPPED_TUNED_DIR.glob("*.yaml"))
     return ([("measured", path) for path in sorted(TUNED_DIR.glob("*.yaml"))] +
-            [("shipped", path) for path in sorted(SHIPPED_TUNED_DIR.glob("*.yaml"))])
+            [("shipped", path) for path in shipped if not path.name.startswith("predicted-")] +
+            [("shipped, PREDICTED (not measured)", path) for path in shipped if path.name.startswith("predicted-")])
 
 
 def cmd_tuned(args) -> int:

@@ -69,3 +69,29 @@ def test_explicit_config_wins_over_the_tuned_one(tuned_dir):
     # The tuned config is invalid here on purpose: passing a config must bypass it.
     out = verify_attention(*problem.arguments(), **problem.kwargs(), config={"BLOCK_M": 16})
     assert out.shape == (1, 5, 1, 512) and not torch.isnan(out).any()
+
+
+def test_auto_on_a_faked_sm120_gpu_uses_the_shipped_predicted_table_and_warns_once(monkeypatch):
+    """No measured table for the card: the predictor's winner for sm_120, announced once per key."""
+    monkeypatch.setattr(dispatch, "TUNED_DIR", dispatch.SHIPPED_TUNED_DIR)
+    monkeypatch.setattr(dispatch, "device_sku", lambda device=None: "nvidia-rtx-pro-6000-blackwell-workstation-edition")
+    monkeypatch.setattr(dispatch, "device_arch", lambda device: "sm_120")
+    dispatch.load_tuned.cache_clear()
+    dispatch._warned.clear()
+    shape = _shape(make_problem([131072 - 64], 64, 8, page_size=64, seed=0))
+    with pytest.warns(UserWarning, match="PREDICTED winner for sm_120"):
+        name, config = dispatch.tuned_choice(shape)
+    table = yaml.safe_load((dispatch.SHIPPED_TUNED_DIR / "predicted-sm_120.yaml").read_text())
+    record = table["cuda_ws|sm_120|predicted|L131072|T64|H8|ps64"]
+    assert (name, config) == (record["variant"], record["config"]) and record["predicted"] is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dispatch.tuned_choice(shape) == (name, config)  # warned once
+    dispatch.load_tuned.cache_clear()
+
+
+def test_no_predicted_table_off_the_gpu(tuned_dir):
+    shape = _shape(make_problem([100], 8, 2, page_size=16, seed=1))
+    assert dispatch.device_arch(shape.device) is None
+    with pytest.warns(UserWarning, match="no tuned record"):
+        assert dispatch.tuned_choice(shape) is None
