@@ -12,15 +12,21 @@
 //     issues the same copies for tile j - 1 + STAGES right after tile j's first consumer barrier,
 //     which every consumer reaches only after finishing tile j - 1.
 //   warps 0 .. CONSUMERS-1, a WARPS_M x WARPS_N grid: warp (wm, wn) owns rows
-//     [wm * 16 * ROW_TILES, +16 * ROW_TILES) in both products:
-//       S = Q K^T : tile columns [wn * S_COLS, +S_COLS)      (ROW_TILES x S_COLS / 8 mma per k-step)
-//       O += P V  : output columns [wn * O_COLS, +O_COLS)    (ROW_TILES x O_COLS / 8 mma per k-step)
-//     The row max crosses the WARPS_N warps through shared memory; P is staged there (bf16/fp16).
-//     Two named barriers among consumers per tile (max exchanged, P complete), none with the
-//     producer: a consumer warp releases a slot with one arrive on its `empty` mbarrier.
+//     [wm * 16 * ROW_TILES, +16 * ROW_TILES) and output columns [wn * O_COLS, +O_COLS) of O += P V
+//     (ROW_TILES x O_COLS / 8 mma per k-step). S = Q K^T of a tile:
+//       SPLIT_K = 1: every warp of the row group computes all BLOCK_N columns over head dims
+//         [wn * 576 / WARPS_N, +576 / WARPS_N); the fp32 partials are summed through shared memory
+//         (two named barriers of the row group per tile), so each warp holds whole S rows, takes the
+//         row max itself and keeps P in registers as P V's A fragments;
+//       SPLIT_K = 0: warp wn computes columns [wn * S_COLS, +S_COLS) over all 576 dims; the row max
+//         crosses the WARPS_N warps and P is staged (bf16/fp16) in shared memory (two consumer-wide
+//         named barriers per tile).
+//     No barrier includes the producer: a consumer warp releases a slot with one arrive on its
+//     `empty` mbarrier.
 // Shared memory: mbarriers, Q [ROWS][584] (loaded once by the consumers with cp.async),
-// STAGES x KV [BLOCK_N][584] (all 576 columns are K, the first 512 are V), P [ROWS][BLOCK_N + 8],
-// two [WARPS_N][ROWS] float reductions. Rows padded by 8 elements so ldmatrix is conflict-free.
+// STAGES x KV [BLOCK_N][584] (all 576 columns are K, the first 512 are V), then either every
+// consumer warp's partial S (SPLIT_K = 1, fp32 in fragment order) or P [ROWS][BLOCK_N + 8], and two
+// [WARPS_N][ROWS] float reductions. Rows padded by 8 elements so ldmatrix is conflict-free.
 // Online softmax in fp32 (base 2). With one split the CTA writes the output; otherwise fp32 partial
 // outputs and natural-log LSEs for the shared split combine (verify_kernels/split_combine.py).
 
