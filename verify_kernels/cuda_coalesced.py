@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from .contract import ProblemShape
-from .cupy_launch import compiled_functions, external_stream
+from .cupy_launch import check_config, compiled_functions, external_stream, unsupported_cuda_reason
 from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
 
 SOURCE = Path(__file__).parent / "cuda" / "verify_mma.cu"
@@ -74,17 +74,7 @@ def config_problems(config: dict) -> list[str]:
 
 
 def unsupported_reason(shape: ProblemShape) -> str | None:
-    if shape.device.type != "cuda":
-        return f"needs a CUDA device, got {shape.device}"
-    if shape.page_size not in PAGE_SIZES:
-        return f"page_size must be one of {PAGE_SIZES}, got {shape.page_size}"
-    if (shape.head_dim, shape.v_dim) != (HEAD_DIM, V_DIM):
-        return f"compiled for Dqk={HEAD_DIM}, v_dim={V_DIM}; got Dqk={shape.head_dim}, v_dim={shape.v_dim}"
-    try:
-        import cupy  # noqa: F401
-    except ImportError as error:
-        return f"needs CuPy (pip install 'verify-kernels[cuda]'): {error}"
-    return None
+    return unsupported_cuda_reason(shape, PAGE_SIZES)
 
 
 def default_config(shape: ProblemShape) -> dict:
@@ -93,14 +83,7 @@ def default_config(shape: ProblemShape) -> dict:
 
 
 def complete_config(config: dict, shape: ProblemShape) -> dict:
-    problems = config_problems(config)
-    if problems:
-        raise ValueError("config: " + "; ".join(problems))
-    if shape.device.type == "cuda":
-        limit = torch.cuda.get_device_properties(shape.device).shared_memory_per_block_optin
-        if smem_bytes(config) > limit:
-            raise ValueError(f"config: needs {smem_bytes(config)} bytes of shared memory per block, "
-                             f"this GPU allows {limit}")
+    check_config(config_problems(config), smem_bytes(config), shape)
     if not config["kv_splits"]:
         count = sm_count(shape.device)
         config = {**config, "kv_splits": choose_kv_splits(shape, 16 * config["WARPS_M"], config["BLOCK_N"], count)}

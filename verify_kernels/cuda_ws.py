@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from .contract import ProblemShape
-from .cupy_launch import compiled_functions, external_stream
+from .cupy_launch import check_config, compiled_functions, external_stream, unsupported_cuda_reason
 from .split_combine import launch_combine, partial_buffers
 from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
 
@@ -121,20 +121,9 @@ def config_problems(config: dict) -> list[str]:
 
 
 def unsupported_reason(shape: ProblemShape) -> str | None:
-    if shape.device.type != "cuda":
-        return f"needs a CUDA device, got {shape.device}"
-    capability = torch.cuda.get_device_capability(shape.device)
-    if capability < MIN_CAPABILITY:
+    if shape.device.type == "cuda" and (capability := torch.cuda.get_device_capability(shape.device)) < MIN_CAPABILITY:
         return f"needs sm_90 or newer (cp.async.bulk with mbarriers), this GPU is sm_{capability[0]}{capability[1]}"
-    if shape.page_size not in PAGE_SIZES:
-        return f"page_size must be one of {PAGE_SIZES}, got {shape.page_size}"
-    if (shape.head_dim, shape.v_dim) != (HEAD_DIM, V_DIM):
-        return f"compiled for Dqk={HEAD_DIM}, v_dim={V_DIM}; got Dqk={shape.head_dim}, v_dim={shape.v_dim}"
-    try:
-        import cupy  # noqa: F401
-    except ImportError as error:
-        return f"needs CuPy (pip install 'verify-kernels[cuda]'): {error}"
-    return None
+    return unsupported_cuda_reason(shape, PAGE_SIZES)
 
 
 def default_config(shape: ProblemShape) -> dict:
@@ -143,14 +132,7 @@ def default_config(shape: ProblemShape) -> dict:
 
 
 def complete_config(config: dict, shape: ProblemShape) -> dict:
-    problems = config_problems(config)
-    if problems:
-        raise ValueError("config: " + "; ".join(problems))
-    if shape.device.type == "cuda":
-        limit = torch.cuda.get_device_properties(shape.device).shared_memory_per_block_optin
-        if smem_bytes(config) > limit:
-            raise ValueError(f"config: needs {smem_bytes(config)} bytes of shared memory per block, "
-                             f"this GPU allows {limit}")
+    check_config(config_problems(config), smem_bytes(config), shape)
     if not config["kv_splits"]:
         # MIN_BLOCKS CTAs per SM (registers are capped for that many): the most splits of one wave.
         splits = choose_kv_splits(shape, rows_per_cta(config), config["BLOCK_N"], sm_count(shape.device),

@@ -40,11 +40,17 @@ def choose_kv_splits(shape: ProblemShape, rows_per_cta: int, block_n: int, sms: 
     whose CTAs all run at once (for kernels that hold an SM alone, where a second, partial wave of
     CTAs costs as much as the first).
     """
-    capacity = shape.max_pages * shape.page_size
-    row_blocks = math.ceil(shape.rows / rows_per_cta)
+    return kv_splits_for(shape.max_pages * shape.page_size, shape.rows, shape.batch, rows_per_cta, block_n, sms,
+                         ctas_per_sm=ctas_per_sm, one_wave=one_wave)
+
+
+def kv_splits_for(capacity: int, rows: int, batch: int, rows_per_cta: int, block_n: int, sms: int, *,
+                  ctas_per_sm: int = CTAS_PER_SM, one_wave: bool = False) -> int:
+    """``choose_kv_splits`` on plain numbers (capacity = max_pages x page_size), for models of a launch."""
+    row_blocks = math.ceil(rows / rows_per_cta)
     by_length = max(1, capacity // max(MIN_SPLIT_TOKENS, block_n))
     if one_wave:
-        return max(1, min(ctas_per_sm * sms // (row_blocks * shape.batch), by_length, MAX_KV_SPLITS))
-    wanted = math.ceil(ctas_per_sm * sms / (row_blocks * shape.batch))
+        return max(1, min(ctas_per_sm * sms // (row_blocks * batch), by_length, MAX_KV_SPLITS))
+    wanted = math.ceil(ctas_per_sm * sms / (row_blocks * batch))
     splits = max(1, min(wanted, by_length, MAX_KV_SPLITS))
     return 1 << (splits - 1).bit_length() if splits > 1 else 1

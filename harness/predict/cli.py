@@ -58,7 +58,7 @@ def cmd_predict_fit(args) -> int:
     from harness.measure.environment import git_commit
     from harness.measure.paths import results_dir
     from harness.predict.arch import load_arch
-    from harness.predict.fit import config_key, fit, measured_points, split_configs, validate
+    from harness.predict.fit import fit, measured_points, split_configs, validate
     from harness.predict.report import predicted_space, write_validation
 
     missing = [str(p) for p in args.records if not p.is_file()]
@@ -93,7 +93,7 @@ def cmd_predict_fit(args) -> int:
             shutil.copyfile(out_dir / f"predicted-{target}.yaml", shipped)
             print(f"shipped {shipped}: variant='auto' on {target} without measured records reads it")
     print(f"wrote {params_path(args.variant, args.fitted_on)} and {out_dir}; held-out configs: {len(held_out)}, "
-          f"training configs: {len(train)} ({config_key.__name__} ignores kv_splits)")
+          f"training configs: {len(train)} (configs compared without kv_splits)")
     return 0
 
 

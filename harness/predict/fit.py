@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.static.space import STATIC_CACHE_DIR, _compile_key, static_feasibility
+from harness.static.space import STATIC_CACHE_DIR, _compile_key
 
 from .arch import Arch
 from .model import PARAMETERS, predict
@@ -62,9 +62,9 @@ def split_configs(points: list[dict]) -> tuple[set, set]:
     return set(keys) - held_out, held_out
 
 
-def predicted_ms(point: dict, variant: str, arch: Arch, blocks: dict, params: dict, *, own_splits: bool = True) -> float:
-    config = dict(point["config"]) if own_splits else {**point["config"], "kv_splits": 0}
-    return predict(variant, config, prefix_len=point["prefix_len"], tree_nodes=point["tree_nodes"], heads=point["heads"],
+def predicted_ms(point: dict, variant: str, arch: Arch, blocks: dict, params: dict) -> float:
+    """The prediction for a measured point, at the kv_splits the launch resolved."""
+    return predict(variant, point["config"], prefix_len=point["prefix_len"], tree_nodes=point["tree_nodes"], heads=point["heads"],
                    arch=arch, blocks_per_sm=blocks[config_key(point["config"])], params=params,
                    batch=point["batch"], page_size=point["page_size"]).time_ms
 

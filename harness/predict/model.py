@@ -20,7 +20,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from verify_kernels import variants
-from verify_kernels.splits import MAX_KV_SPLITS, MIN_SPLIT_TOKENS
+from verify_kernels.splits import kv_splits_for
 
 from .arch import Arch
 
@@ -43,16 +43,6 @@ class Prediction:
         return asdict(self)
 
 
-def kv_splits_for(config: dict, rows: int, work: dict, arch: Arch, capacity: int, batch: int) -> int:
-    """The kernel's own choice for kv_splits=0 (one wave of CTAs, >= MIN_SPLIT_TOKENS each), on ``arch``."""
-    if config.get("kv_splits"):
-        return config["kv_splits"]
-    row_blocks = math.ceil(rows / work["rows"])
-    by_length = max(1, capacity // max(MIN_SPLIT_TOKENS, work["block_n"]))
-    per_sm = config.get("MIN_BLOCKS", 1)
-    return max(1, min(per_sm * arch.sms // (row_blocks * batch), by_length, MAX_KV_SPLITS))
-
-
 def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, heads: int, arch: Arch,
             blocks_per_sm: int, params: dict, batch: int = 1, page_size: int = 64) -> Prediction:
     """Predicted time of one launch of ``variant`` at ``config`` (``blocks_per_sm`` from the static model)."""
@@ -69,7 +59,9 @@ def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, hea
     rows = tree_nodes * heads
     sequence = prefix_len + tree_nodes
     capacity = (math.ceil(sequence / page_size) + 1) * page_size  # a spare logical page, as tables have
-    splits = kv_splits_for(config, rows, work, arch, capacity, batch)
+    # The kernel's own choice for kv_splits=0 (cuda_ws: one wave of MIN_BLOCKS CTAs per SM), on ``arch``.
+    splits = config.get("kv_splits") or kv_splits_for(capacity, rows, batch, work["rows"], work["block_n"], arch.sms,
+                                                      ctas_per_sm=config.get("MIN_BLOCKS", 1), one_wave=True)
     split_len = math.ceil(math.ceil(capacity / splits) / work["block_n"]) * work["block_n"]
     tiles = math.ceil(min(split_len, sequence) / work["block_n"])
     ctas = math.ceil(rows / work["rows"]) * splits * batch

@@ -93,17 +93,17 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
     from harness.static.space import static_feasibility
 
     feasible = [c.config for c in static_feasibility(variant, arch_name, progress=False) if c.feasible]
+    blocks = [blocks_per_sm(variant, arch_name, config) for config in feasible]
     records = []
     for length in KEYS_L:
         for nodes in KEYS_T:
             for heads in KEYS_H:
                 best = None
-                for config in feasible:
-                    blocks = blocks_per_sm(variant, arch_name, config)
-                    if blocks < 1:
+                for config, resident in zip(feasible, blocks):
+                    if resident < 1:
                         continue
                     result = predict(variant, config, prefix_len=length, tree_nodes=nodes, heads=heads, arch=arch,
-                                     blocks_per_sm=blocks, params=params)
+                                     blocks_per_sm=resident, params=params)
                     if best is None or result.time_ms < best[1].time_ms:
                         best = (config, result)
                 config, result = best
