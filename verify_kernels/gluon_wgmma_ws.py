@@ -76,6 +76,11 @@ def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table,
         rope_rows = pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, rope_layout)
         copy_rows(kv_rope.index(stage), KV + DV, rope_rows, DV + DR, DR, rope_layout)
         # Each thread's arrival is pending until its copies land; one plain arrival completes the count.
+        # The increment form adds one to the pending count when it issues and takes it off when the
+        # thread's copies land, so after the named barrier (all 128 issued) the one plain arrival can
+        # complete the phase only once every copy has landed. synccheck reports "Missing wait" and
+        # "Barrier overflow" here; with the no-increment form (a count of 128, one per thread) it
+        # reports nothing (results/notes/2026-12-03-sanitizer-reports.md).
         async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=True)
         cta_barrier()
         mbarrier.arrive(kv_ready.index(stage))
@@ -158,6 +163,14 @@ def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_s
         p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, scale_log2, start + i * BLOCK_N, prefix_len, seq_len,
                                            mask_rows, rows_s < num_rows, BLOCK_N, s_layout)
         p = p.to(q_lat.dtype)
+        # The P hand-off. racecheck reports alpha_smem's store here against its load in the loader
+        # (P itself goes by stmatrix / ldmatrix, which racecheck does not flag); the order it misses:
+        # each warpgroup's 128 threads meet at their own named barrier (cta_barrier), then one thread
+        # arrives on the mbarrier (release, CTA scope); the other warpgroup's try_wait on that phase
+        # acquires. So every load of P(i - 1) / alpha(i - 1) precedes, through p_free, every store of
+        # P(i) / alpha(i), and every store precedes, through p_ready, the loads of P(i) / alpha(i).
+        # results/notes/2026-12-03-sanitizer-reports.md: the same kernel with CTA barriers instead
+        # of p_ready / p_free is racecheck-clean.
         mbarrier.wait(p_free, (i & 1) ^ 1)  # warpgroup 1 has read P(i - 1)
         p_smem.store(p)
         alpha_smem.store(alpha)
