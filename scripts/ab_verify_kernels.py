@@ -51,12 +51,13 @@ def main() -> None:
     parser.add_argument("--prefix", type=int, default=185000)
     parser.add_argument("--tree", type=int, default=64)
     parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--page-size", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--out", help="JSONL file the records are appended to")
     parser.add_argument("--time-wrong", action="store_true",
                         help="time contenders that fail the oracle check too (ablations); their rows say so")
     args = parser.parse_args()
-    problem = make_problem(args.prefix, args.tree, args.heads, page_size=64, device="cuda", seed=0)
+    problem = make_problem(args.prefix, args.tree, args.heads, page_size=args.page_size, device="cuda", seed=0)
     shape = check_arguments(*problem.arguments(), **problem.kwargs())
     reference = reference_attention(*problem.arguments(), **problem.kwargs()).double()
     out = torch.empty(*problem.q.shape[:3], problem.v_dim, dtype=problem.q.dtype, device="cuda")
@@ -83,6 +84,7 @@ def main() -> None:
             medians[label].append(time_graph(fn, calls_per_graph=10, replays=10, read_state=False).median_ms)
             clocks[label].append((gpu_state() or {}).get("sm_clock_mhz"))
     rows = [{"contender": label, "prefix_len": args.prefix, "tree_nodes": args.tree, "heads": args.heads,
+             "page_size": args.page_size,
              "rel_error": errors[label], "passes_oracle": passes[label],
              "median_ms": statistics.median(medians[label]), "min_ms": min(medians[label]),
              "round_medians_ms": medians[label],

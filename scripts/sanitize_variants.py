@@ -5,6 +5,11 @@
     compute-sanitizer --tool synccheck python3 scripts/sanitize_variants.py
     compute-sanitizer --tool initcheck python3 scripts/sanitize_variants.py
     compute-sanitizer --tool racecheck python3 scripts/sanitize_variants.py cuda_ws --config '{"PRODUCER": 0}'
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_variants.py \
+        file=experiments/sanitizer/ws_cta_handoff.py@gluon_wgmma_ws
+
+A name ``file=PATH@VARIANT`` runs a variant module kept as a file (an experiment's patched kernel,
+loaded as a sibling of verify_kernels' modules) on the shapes of the registered ``VARIANT``.
 
 ``--config`` (JSON) is applied to every shape under each shape's own overrides.
 
@@ -13,12 +18,15 @@ batch, one split and many (a forced kv_splits), odd T and H. Exit 1 when any out
 """
 
 import argparse
+import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import torch
 
-from verify_kernels import VARIANTS, make_problem, reference_attention, verify_attention
+from verify_kernels import VARIANTS, make_problem, reference_attention, verify_attention, variants
+from verify_kernels import contract
 from verify_kernels.api import UnsupportedProblemError
 
 # (prefix_lens, T, H, page_size, tree, config overrides); page_size 1 runs triton_ps1 only.
@@ -32,17 +40,41 @@ SHAPES = [
 ]
 
 
+def file_runner(spec: str):
+    """(registered variant, run(problem, config)) for 'file=PATH@VARIANT': PATH's ``run`` with the
+    registered variant's config rules applied to PATH's defaults."""
+    path, _, registered = spec.removeprefix("file=").partition("@")
+    if registered not in VARIANTS:
+        raise SystemExit(f"{spec}: expected file=PATH@VARIANT with a registered VARIANT, got {registered!r}")
+    module_spec = importlib.util.spec_from_file_location(f"verify_kernels._sanitize_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+
+    def run(gpu, config):
+        shape = contract.check_arguments(*gpu.arguments(), **gpu.kwargs())
+        resolved = variants.resolve_config(registered, module, config or None, shape)
+        out = torch.empty(shape.batch, shape.tree_nodes, shape.heads, shape.v_dim, dtype=gpu.q.dtype,
+                          device=gpu.q.device)
+        module.run(*gpu.arguments(), sm_scale=gpu.sm_scale, v_dim=shape.v_dim, out=out, config=resolved)
+        return out
+    return registered, run
+
+
 def main(names: list[str], base_config: dict) -> int:
     failures = 0
     for name in names:
+        registered, file_run = file_runner(name) if name.startswith("file=") else (name, None)
         for prefix_lens, nodes, heads, page_size, tree, config in SHAPES:
-            page = 1 if name == "triton_ps1" else page_size
+            page = 1 if registered == "triton_ps1" else page_size
             problem = make_problem(prefix_lens, nodes, heads, page_size=page, tree=tree, seed=5)
             reference = reference_attention(*problem.arguments(), **problem.kwargs())
             gpu = problem.to("cuda")
-            overrides = {} if name == "triton_ps1" else {**base_config, **config}
+            overrides = {} if registered == "triton_ps1" else {**base_config, **config}
             try:
-                out = verify_attention(*gpu.arguments(), **gpu.kwargs(), variant=name, config=overrides or None)
+                if file_run:
+                    out = file_run(gpu, overrides)
+                else:
+                    out = verify_attention(*gpu.arguments(), **gpu.kwargs(), variant=name, config=overrides or None)
             except UnsupportedProblemError as error:
                 print(f"{name} {gpu.shape_summary}: skipped ({str(error)[:100]})")
                 continue
@@ -56,7 +88,8 @@ def main(names: list[str], base_config: dict) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("variants", nargs="*", help="default: every registered variant")
+    parser.add_argument("variants", nargs="*", help="registered variants or file=PATH@VARIANT; default: every "
+                        "registered variant")
     parser.add_argument("--config", type=json.loads, default={}, help="JSON config overrides for every shape")
     args = parser.parse_args()
     sys.exit(main(args.variants or list(VARIANTS), args.config))

@@ -19,8 +19,8 @@ FlashMLA's first Hopper kernel splits the work:
 
 CTA: 64 query rows (row r = node * H + head of one request) against one KV split, tiles of
 BLOCK_N positions. Shared memory: Q [64, 576], 2 x KV [BLOCK_N, 576], P [64, BLOCK_N], the
-rescale factor and the row sums. Barriers (mbarriers): kv_ready[stage] (the TMA byte count, or
-the cp.async arrivals), kv_free[stage] (both warpgroups done with a stage), p_ready / p_free (the P
+rescale factor and the row sums. Barriers (mbarriers): kv_ready[stage] (one arrival per loader
+thread, and the TMA byte count), kv_free[stage] (both warpgroups done with a stage), p_ready / p_free (the P
 hand-off), sums_ready (the final row sums for warpgroup 1's normalisation).
 
 Positions past the sequence are clamped to its last row when copied and masked to -inf in S; rows
@@ -50,13 +50,14 @@ __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRE
            "PAGE_SIZES", "complete_config", "kernel_specs", "offline_arch_problem", "run", "unsupported_reason"]
 
 PARTITION_WARPS = 4  # each partition is one warpgroup; the CTA has 8 warps
+LOADER_THREADS = gl.constexpr(PARTITION_WARPS * 32)
 WORKER_REGISTERS = 232
 
 
 @gluon.jit
 def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table, tile_start, seq_len,
                PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
-    """Copy one KV tile into ``stage``; kv_ready[stage] (count 1) completes when it has landed.
+    """Copy one KV tile into ``stage``; kv_ready[stage] (count 128) completes when it has landed.
 
     A whole tile inside one page and the sequence goes by TMA: two bulk copies (latent, rope) of
     BLOCK_N pool rows issued by one thread, the bytes counted by the barrier. Any other tile (pages
@@ -66,6 +67,7 @@ def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table,
     if (PAGE_SIZE >= BLOCK_N) & (tile_start + BLOCK_N <= seq_len):
         row = gl.load(table + tile_start // PAGE_SIZE) * PAGE_SIZE + tile_start % PAGE_SIZE
         mbarrier.expect(kv_ready.index(stage), BLOCK_N * (DV + DR) * KV.dtype.element_ty.primitive_bitwidth // 8)
+        mbarrier.arrive(kv_ready.index(stage), count=LOADER_THREADS - 1)  # the count is one per loader thread
         tma_async_load(lat_desc, [row, 0], kv_ready.index(stage), kv_lat.index(stage))
         tma_async_load(rope_desc, [row, 0], kv_ready.index(stage), kv_rope.index(stage))
     else:
@@ -75,15 +77,12 @@ def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table,
         copy_rows(kv_lat.index(stage), KV, lat_rows, DV + DR, DV, lat_layout)
         rope_rows = pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, rope_layout)
         copy_rows(kv_rope.index(stage), KV + DV, rope_rows, DV + DR, DR, rope_layout)
-        # Each thread's arrival is pending until its copies land; one plain arrival completes the count.
-        # The increment form adds one to the pending count when it issues and takes it off when the
-        # thread's copies land, so after the named barrier (all 128 issued) the one plain arrival can
-        # complete the phase only once every copy has landed. synccheck reports "Missing wait" and
-        # "Barrier overflow" here; with the no-increment form (a count of 128, one per thread) it
-        # reports nothing (results/notes/2026-12-03-sanitizer-reports.md).
-        async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=True)
-        cta_barrier()
-        mbarrier.arrive(kv_ready.index(stage))
+        # Each loader thread's arrival (no increment: the barrier counts one per thread) lands when its
+        # copies have. The earlier form (every thread's arrival incrementing the pending count, then a
+        # named barrier and one plain arrival) made synccheck report "Missing wait" and "Barrier
+        # overflow" and stop the kernel; this one is synccheck-clean and as fast
+        # (results/notes/2026-12-03-sanitizer-reports.md).
+        async_copy.mbarrier_arrive(kv_ready.index(stage), increment_count=False)
 
 
 @gluon.jit
@@ -169,8 +168,9 @@ def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_s
         # arrives on the mbarrier (release, CTA scope); the other warpgroup's try_wait on that phase
         # acquires. So every load of P(i - 1) / alpha(i - 1) precedes, through p_free, every store of
         # P(i) / alpha(i), and every store precedes, through p_ready, the loads of P(i) / alpha(i).
-        # results/notes/2026-12-03-sanitizer-reports.md: the same kernel with CTA barriers instead
-        # of p_ready / p_free is racecheck-clean.
+        # racecheck reports these accesses (and the row sums') just the same when the hand-off goes
+        # through CTA-wide named barriers instead (experiments/sanitizer/cta_handoff.diff), so its
+        # reports here do not point at a missing order (results/notes/2026-12-03-sanitizer-reports.md).
         mbarrier.wait(p_free, (i & 1) ^ 1)  # warpgroup 1 has read P(i - 1)
         p_smem.store(p)
         alpha_smem.store(alpha)
@@ -275,7 +275,7 @@ def _ws_verify_kernel(
     p_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     sums_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     for stage in gl.static_range(2):
-        mbarrier.init(kv_ready.index(stage), count=1)  # the TMA byte count, or the cp.async path's one arrival
+        mbarrier.init(kv_ready.index(stage), count=LOADER_THREADS)  # TMA: 1 with the byte count + 127; cp.async: 1 each
         mbarrier.init(kv_free.index(stage), count=2)        # one per warpgroup
     mbarrier.init(p_ready, count=1)
     mbarrier.init(p_free, count=1)

@@ -90,7 +90,8 @@ def cmd_bench(args) -> int:
                           batch=settings["batch"], dtype=settings["dtype"], configs=settings["configs"])
     out = args.out or results_dir() / "bench" / f"{gpu_sku()}.jsonl"
     results = run_sweep(points, out_path=out, mode=settings["mode"], rep_ms=settings["rep_ms"],
-                        repeats=settings["repeat"], progress=not args.no_progress, proxy_for=settings["proxy_for"])
+                        repeats=settings["repeat"], progress=not args.no_progress, proxy_for=settings["proxy_for"],
+                        counters=args.counters)
     print(format_table(results))
     print(f"\nrecords appended to {out}")
     bad = [r for r in results if r["status"] in ("wrong", "error")]
@@ -142,6 +143,10 @@ def add_commands(sub) -> None:
     bench.add_argument("--repeat", type=int_in(1), help="time each point this many times (agreement check)")
     bench.add_argument("--proxy-for", choices=["sm_120"],
                        help="mark the records as a proxy run for this arch: configs that fit it, timed on this GPU")
+    bench.add_argument("--counters", action="store_true",
+                       help="also profile each ok row once under ncu (a separate replay, never the timed one): "
+                            "tensor-pipe %%, DRAM %% and GB/s, L2 hit rate, shared-memory pipe %%, occupancy, "
+                            "top stalls")
     bench.add_argument("--out", type=Path, help="JSONL file (default results/bench/<gpu>.jsonl)")
     bench.add_argument("--no-progress", action="store_true")
     bench.set_defaults(func=cmd_bench)

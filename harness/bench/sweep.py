@@ -3,11 +3,18 @@
 Each point is built once (same seeded logical content for every variant, re-laid out per page
 size), checked against the oracle, then timed with the harness timer; a failing or out-of-memory
 variant becomes a row with its reason. Records are appended as they complete.
+
+Every timed row carries ``power``: NVML's power draw, SM-busy and memory-controller utilisation
+sampled over its timing (median and peak; harness.measure.power). With ``counters=True`` each ok
+row also gets ``counters``: one profiled replay under ncu in a separate process
+(harness.bench.counters_target, the same seed at the row's page size; harness.measure.counters).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import sys
 from dataclasses import asdict, dataclass
 
 import torch
@@ -18,9 +25,11 @@ from verify_kernels import contract, make_problem, reference_attention, variants
 from verify_kernels.api import UnsupportedProblemError
 
 from harness.bench import peers
+from harness.measure import counters as ncu_counters
 from harness.measure import records
 from harness.measure import roofline
 from harness.measure import timing
+from harness.measure.power import PowerSampler
 from harness.bench.cases import TOLERANCE
 
 
@@ -67,7 +76,7 @@ def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[i
     return points
 
 
-def _implementation_call(point: BenchPoint, problem):
+def implementation_call(point: BenchPoint, problem):
     """A no-argument callable returning the output, and the resolved config (variants only)."""
     if point.variant in peers.PEERS:
         return peers.PEERS[point.variant](problem), {}
@@ -91,7 +100,7 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
     payload = {**asdict(point), "implementation": implementation, "config": dict(point.config), "mode": mode, "status": "ok",
                "reason": ""}
     try:
-        call, payload["resolved_config"] = _implementation_call(point, problem)
+        call, payload["resolved_config"] = implementation_call(point, problem)
         output = call()
         rel_error = float((output.double() - reference.double()).norm() / reference.double().norm())
         payload["rel_error"] = rel_error
@@ -99,8 +108,10 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
             payload.update(status="wrong", reason=f"relative error {rel_error:.3g} vs the oracle")
             return payload
         del output
-        results = [timing.time_graph(call) if mode == "graph" else timing.time_events(call, rep_ms=rep_ms)
-                   for _ in range(repeats)]
+        with PowerSampler() as power:
+            results = [timing.time_graph(call) if mode == "graph" else timing.time_events(call, rep_ms=rep_ms)
+                       for _ in range(repeats)]
+        payload["power"] = power.summary()
     except peers.PeerUnavailable as error:
         payload.update(status="unavailable", reason=str(error))
         return payload
@@ -127,11 +138,19 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
     return payload
 
 
+def counters_argv(point: BenchPoint, seed: int) -> list[str]:
+    """The command that replays ``point`` once for ncu (harness.bench.counters_target)."""
+    spec = {**asdict(point), "config": dict(point.config), "seed": seed}
+    return [sys.executable, "-m", "harness.bench.counters_target", json.dumps(spec)]
+
+
 def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_ms: float = 200.0,
-              repeats: int = 1, seed: int = 0, progress: bool = True, proxy_for: str | None = None) -> list[dict]:
+              repeats: int = 1, seed: int = 0, progress: bool = True, proxy_for: str | None = None,
+              counters: bool = False, profile=ncu_counters.profile) -> list[dict]:
     """Time every point. Points that share a shape share one seeded problem (re-laid out per page
     size) and one oracle output. ``proxy_for`` (an arch such as "sm_120") marks every record as a
-    proxy run for that arch on this GPU: its configs fit that arch, its timings are this GPU's."""
+    proxy run for that arch on this GPU: its configs fit that arch, its timings are this GPU's.
+    ``counters``: each ok row gets ``profile(counters_argv(point, seed))`` as ``counters``."""
     ceilings = roofline.load_ceilings()
     results = []
     shape_key, by_page, reference = None, {}, None
@@ -156,6 +175,9 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
         payload = bench_point(point, problem, reference, ceilings, mode=mode, rep_ms=rep_ms, repeats=repeats)
         if proxy_for:
             payload["proxy_for"] = proxy_for
+        if counters and payload["status"] == "ok":
+            bar.set_postfix_str(f"{point.variant} L={point.prefix_len} T={point.tree_nodes} H={point.heads}: ncu")
+            payload["counters"] = profile(counters_argv(point, seed))
         record = records.make_record("bench", payload)
         records.append_records(out_path, [record])
         results.append(record)
@@ -173,8 +195,25 @@ def format_table(results: list[dict]) -> str:
                      f"{r['pct_roofline']:.1f}" if r.get("pct_roofline") else "-",
                      f"{r['rel_error']:.1e}" if "rel_error" in r else "-",
                      _repeat_column(r)))
-    return tabulate(rows, headers=["variant", "config", "L", "T", "H", "page", "median_ms", "iqr_ms", "TB/s",
-                                   "TFLOP/s", "% roofline", "rel_err", "repeat"])
+    headers = ["variant", "config", "L", "T", "H", "page", "median_ms", "iqr_ms", "TB/s", "TFLOP/s", "% roofline",
+               "rel_err", "repeat"]
+    if any("counters" in r for r in results):
+        rows = [(*row, *counter_cells(r)) for row, r in zip(rows, results)]
+        headers += ["tensor %", "DRAM %", "W"]
+    return tabulate(rows, headers=headers)
+
+
+def counter_cells(record: dict) -> tuple[str, str, str]:
+    """Tensor-pipe %, DRAM % (ncu) and median power (NVML) of a record, or why not."""
+    found = record.get("counters") or {}
+    power = record.get("power") or {}
+    if found.get("status") == "ok":
+        tensor = f"{found['tensor_pipe_pct']:.1f}" if found.get("tensor_pipe_pct") is not None else "n/a"
+        dram = f"{found['dram_pct']:.1f}" if found.get("dram_pct") is not None else "n/a"
+    else:
+        tensor = dram = found.get("status", "-")
+    watts = f"{power['power_w_median']:.0f}" if power.get("status") == "ok" else "-"
+    return tensor, dram, watts
 
 
 def _short_config(config: dict) -> str:

@@ -93,6 +93,12 @@ def add_commands(sub) -> None:
     decode.add_argument("--repeats", type=int_in(1), default=1,
                         help="runs of each (context, variant, budget, timing), back to back in one process, for the "
                              "run-to-run spread of the step (records carry ``repeat``)")
+    decode.add_argument("--counters", action="store_true",
+                        help="also profile one verify step per point under ncu (a separate process, never a "
+                             "timed step): tensor-pipe and DRAM %% over the step's verify graph")
+    decode.add_argument("--counters-by-kernel", action="store_true",
+                        help="with --counters: profile each kernel of the step and split by class (attention, "
+                             "GEMMs, the rest); one ncu pass per kernel, minutes at long context")
     decode.add_argument("--out", type=Path, help="append JSONL records here")
     decode.add_argument("--json", action="store_true")
     decode.add_argument("--no-progress", action="store_true")

@@ -8,16 +8,19 @@ tree size (harness/measure/roofline.py), i.e. what a perfect memory- and tensor-
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
+from harness.decode.counters import profile_step
 from harness.decode.loop import DecodeRun, compare_tokens, ddtree_decode, greedy_decode, prefill
 from harness.decode.device_loop import ddtree_decode_on_device
 from harness.decode.drafters import make_drafter
 from harness.decode.kv_pool import PagedKVCache
 from harness.decode.model import PRESETS, MLAConfig, MLAModel, load_weights, random_weights
 from harness.decode.target_runner import TargetRunner
+from harness.measure.power import PowerSampler
 
 
 PADDED_GREEDY = "greedy padded to the budget"  # the oracle drafter's reference with --batch-invariant-greedy
@@ -106,11 +109,13 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
     followed = greedy_batch_invariant if greedy_batch_invariant is not None else greedy
     reference = setup.history + followed.tokens if followed is not None else None
     drafter = make_drafter(drafter_name, reference=reference, vocab=setup.config.vocab, seed=seed)
-    if draft_on == "device":
-        run = ddtree_decode_on_device(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size)
-    else:
-        run = ddtree_decode(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size,
-                            temperature=temperature, seed=seed, sync_phases=sync_phases, spin=spin)
+    with PowerSampler(device_index=setup.cache.pool.device.index) if setup.cache.pool.is_cuda else nullcontext() as power:
+        if draft_on == "device":
+            run = ddtree_decode_on_device(runner, setup.history, new_tokens, drafter, budget=budget,
+                                          block_size=block_size)
+        else:
+            run = ddtree_decode(runner, setup.history, new_tokens, drafter, budget=budget, block_size=block_size,
+                                temperature=temperature, seed=seed, sync_phases=sync_phases, spin=spin)
     summary = run.summary()
     result = {"variant": variant, "kernel": runner.kernel(budget), "drafter": drafter_name, "budget": budget,
               "drafter_reference": None if drafter_name != "oracle" else (
@@ -119,6 +124,8 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
               "phase_timing": "synced" if sync_phases else "overlapped" if spin else "overlapped-blocking",
               "draft_on": draft_on, **summary,
               "steps_detail": run.step_dicts()}
+    if power is not None:
+        result["power"] = power.summary()  # over the whole decode run (NVML, harness.measure.power)
     if measure_attention:
         setup.cache.reserve(setup.start_len + budget)
         attention = runner.attention_ms(budget)
@@ -237,6 +244,14 @@ def run_matrix(args, command: str) -> list[dict]:
                 except Exception as error:  # a run that fails is a record too; the matrix goes on
                     payload.update({"variant": variant, "budget": budget, "draft_on": drafting, "status": "error",
                                     "reason": f"{type(error).__name__}: {str(error)[:500]}"})
+                if getattr(args, "counters", False) and device == "cuda" and payload.get("status") != "error":
+                    progress.set_postfix_str(f"{variant} {context}: ncu over one verify step")
+                    payload["counters"] = profile_step(by_kernel=getattr(args, "counters_by_kernel", False), settings={
+                        "preset": args.preset, "seed": args.seed, "dtype": str(dtype).removeprefix("torch."),
+                        "context": context, "page_size": setup.cache.page_size, "budget": budget, "variant": variant,
+                        "prompt_len": len(prompt), "max_new": args.new_tokens + 64,
+                        "compile_layers": args.compile_layers, "gemm": args.gemm, "gemm_table": gemm_table,
+                        "pdl": args.pdl})
                 record = make_record("decode", payload, command)
                 if args.out:
                     append_records(args.out, [record])
