@@ -3,6 +3,11 @@
 Table: one row per shape (L, T, H), one column per implementation, each cell the median in ms
 with the % of the roofline floor (or the reason there is no number). Plots: latency against
 prefix length (log-log) and % of roofline against prefix length, one panel per (T, H).
+
+Records with hardware counters (``vk bench --counters``) or NVML power samples add a second table,
+one row per record: tensor-pipe %, DRAM % and GB/s, L2 hit rate, shared-memory pipe %, occupancy,
+the top stalls, power and memory-controller utilisation; and a plot of tensor-pipe activity
+against prefix length.
 """
 
 from __future__ import annotations
@@ -67,6 +72,35 @@ def conditions(records: list[dict]) -> str:
             f"Cells: median ms (% of the roofline floor max(bytes / copy BW, FLOPs / bf16 matmul rate)).")
 
 
+def _number(value, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def counters_table(records: list[dict]) -> str | None:
+    """One row per ok record that has counters or power; None when none has."""
+    rows = []
+    for r in records:
+        found, power = r.get("counters"), r.get("power")
+        if r.get("status") != "ok" or not (found or power):
+            continue
+        found = found or {}
+        power = power if (power or {}).get("status") == "ok" else {}
+        ok = found.get("status") == "ok"
+        stalls = ", ".join(f"{reason} {cycles:.1f}" for reason, cycles in found.get("top_stalls", [])) if ok else \
+            (found.get("reason", "-")[:60] if found else "-")
+        rows.append([_implementation(r), f"{r['prefix_len']:,}", r["tree_nodes"], r["heads"], f"{r['median_ms']:.3f}",
+                     _number(r.get("pct_roofline")),
+                     *(_number(found.get(k)) if ok else "-" for k in
+                       ("tensor_pipe_pct", "dram_pct", "dram_gbps", "l2_hit_pct", "smem_pipe_pct", "occupancy_pct")),
+                     stalls, _number(power.get("power_w_median"), 0), _number(power.get("power_w_peak"), 0),
+                     _number(power.get("mem_util_pct_median"), 0)])
+    if not rows:
+        return None
+    return tabulate(rows, headers=["implementation", "L", "T", "H", "ms", "% floor", "tensor %", "DRAM %", "DRAM GB/s",
+                                   "L2 hit %", "smem pipe %", "occupancy %", "top stalls (cycles per issue)",
+                                   "W median", "W peak", "mem ctrl %"], tablefmt="github")
+
+
 def unavailable_reasons(records: list[dict]) -> list[str]:
     seen, lines = set(), []
     for record in records:
@@ -78,6 +112,11 @@ def unavailable_reasons(records: list[dict]) -> list[str]:
     return lines
 
 
+def _tensor_pct(record: dict) -> float | None:
+    found = record.get("counters") or {}
+    return found.get("tensor_pipe_pct") if found.get("status") == "ok" else None
+
+
 def plot(records: list[dict], out_prefix: Path) -> list[Path]:
     import matplotlib
 
@@ -86,13 +125,17 @@ def plot(records: list[dict], out_prefix: Path) -> list[Path]:
 
     panels = sorted({(r["tree_nodes"], r["heads"]) for r in records})
     written = []
-    for metric, label, log_y in (("median_ms", "latency (ms)", True), ("pct_roofline", "% of roofline floor", False)):
+    metrics = [("median_ms", "latency (ms)", True, "latency"), ("pct_roofline", "% of roofline floor", False, "roofline")]
+    if any(_tensor_pct(r) is not None for r in records):
+        metrics.append((_tensor_pct, "tensor pipe active (% of cycles, ncu)", False, "tensor"))
+    for metric, label, log_y, kind in metrics:
+        value = metric if callable(metric) else (lambda record, key=metric: record.get(key))
         figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
         for axis, (nodes, heads) in zip(axes[0], panels):
             series = defaultdict(list)
             for record in records:
-                if (record["tree_nodes"], record["heads"]) == (nodes, heads) and record.get(metric) is not None:
-                    series[_implementation(record)].append((record["prefix_len"], record[metric]))
+                if (record["tree_nodes"], record["heads"]) == (nodes, heads) and value(record) is not None:
+                    series[_implementation(record)].append((record["prefix_len"], value(record)))
             for name, points in series.items():
                 points.sort()
                 axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
@@ -105,7 +148,7 @@ def plot(records: list[dict], out_prefix: Path) -> list[Path]:
             axis.grid(True, which="both", alpha=0.3)
         axes[0][0].legend(fontsize=7)
         figure.tight_layout()
-        path = out_prefix.with_name(out_prefix.name + ("-latency.png" if log_y else "-roofline.png"))
+        path = out_prefix.with_name(f"{out_prefix.name}-{kind}.png")
         figure.savefig(path, dpi=110)
         plt.close(figure)
         written.append(path)
@@ -122,7 +165,11 @@ def write_report(paths: list[Path], out_prefix: Path, title: str) -> tuple[Path,
     reasons = unavailable_reasons(records)
     if reasons:
         lines += ["Rows without a number:", "", *reasons, ""]
-    lines += [f"![{kind}]({image.name})\n" for kind, image in zip(("latency", "roofline"), images)]
+    counted = counters_table(records)
+    if counted:
+        lines += ["Hardware counters (one ncu-profiled replay per row, never the timed one; power and memory-"
+                  "controller utilisation sampled by NVML over the row's timing):", "", counted, ""]
+    lines += [f"![{image.stem.rsplit('-', 1)[-1]}]({image.name})\n" for image in images]
     lines += ["Reproduce: " + "; ".join(sorted({f"`{r['command']}`" for r in records})), ""]
     markdown = out_prefix.with_suffix(".md")
     markdown.write_text("\n".join(lines))

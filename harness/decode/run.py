@@ -303,6 +303,23 @@ def format_decode_table(records: list[dict]) -> str:
                      f"{r['mean_accepted']:.2f}", f"{r['tokens_per_s']:.1f}",
                      f"{r['step_over_floor']:.3f}x" if "step_over_floor" in r else "-", _match(r.get("lossless")))
                     + ((_match(r.get("lossless_batch_invariant")),) if padded else ()))
-    return tabulate(rows, headers=["context", "variant", "budget", "step ms", "verify ms", "attn ms", "draft+tree+mask",
-                                   "walk+commit", "tokens/step", "tokens/s", "vs floor", "vs greedy"]
-                    + (["vs padded greedy"] if padded else []))
+    headers = (["context", "variant", "budget", "step ms", "verify ms", "attn ms", "draft+tree+mask", "walk+commit",
+                "tokens/step", "tokens/s", "vs floor", "vs greedy"] + (["vs padded greedy"] if padded else []))
+    if any("power" in r or "counters" in r for r in records):
+        rows = [(*row, *_counter_cells(r)) for row, r in zip(rows, records)]
+        headers += ["W median", "mem ctrl %", "step tensor %", "step DRAM %"]
+    return tabulate(rows, headers=headers)
+
+
+def _counter_cells(record: dict) -> tuple[str, str, str, str]:
+    """NVML power and memory-controller % over the run; ncu tensor-pipe and DRAM % over one step."""
+    power = record.get("power") or {}
+    found = record.get("counters") or {}
+    step = found.get("step") or (found.get("by_class") or {}).get("all") or {}
+    watts = f"{power['power_w_median']:.0f}" if power.get("status") == "ok" else "-"
+    memory = f"{power['mem_util_pct_median']:.0f}" if power.get("status") == "ok" else "-"
+    if found.get("status") == "ok":
+        cells = tuple("-" if step.get(k) is None else f"{step[k]:.1f}" for k in ("tensor_pipe_pct", "dram_pct"))
+    else:
+        cells = (found.get("status", "-"),) * 2
+    return watts, memory, *cells
