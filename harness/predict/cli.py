@@ -1,5 +1,6 @@
-"""``vk predict`` (one config's predicted time on an arch) and ``vk predict-fit`` (fit on measured
-records, validate on held-out configs, predict the variant's space on another arch)."""
+"""``vk predict`` (one config's predicted time on an arch; ``--check``: the predictor's error against
+measured records, say from a real sm_120 card) and ``vk predict-fit`` (fit on measured records,
+validate on held-out configs, predict the variant's space on another arch)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,35 @@ def load_params(variant: str, fitted_on: str) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+def check_records(records: list[Path], variant: str, arch_name: str, fitted_on: str) -> tuple[list[dict], dict]:
+    """Every ok record of ``variant`` in ``records`` against its prediction on ``arch_name`` with the
+    parameters fitted on ``fitted_on``: per shape key (as vk predict-fit validates held-out configs,
+    here over all configs) and overall (points, median and worst |% error|, Spearman over all)."""
+    import numpy as np
+
+    from harness.predict.arch import load_arch
+    from harness.predict.fit import blocks_per_sm, config_key, measured_points, predicted_ms, spearman, validate
+
+    points = measured_points(records, variant)
+    if not points:
+        raise SystemExit(f"vk predict: --check: no ok records of {variant!r} in {[str(p) for p in records]}")
+    arch = load_arch(arch_name)
+    params = load_params(variant, fitted_on)["params"]
+    keys = {config_key(p["config"]) for p in points}
+    blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key)) for key in keys}
+    placed = [p for p in points if blocks[config_key(p["config"])] >= 1]
+    rows = validate(placed, variant, arch, blocks, params, keys)
+    predicted = [predicted_ms(p, variant, arch, blocks, params) for p in placed]
+    measured = [p["measured_ms"] for p in placed]
+    errors = np.abs(np.array(predicted) / np.array(measured) - 1) * 100
+    overall = {"variant": variant, "arch": arch_name, "fitted_on": fitted_on, "points": len(placed),
+               "skipped_unplaceable": len(points) - len(placed),
+               "median_abs_pct_error": float(np.median(errors)) if len(errors) else None,
+               "max_abs_pct_error": float(errors.max()) if len(errors) else None,
+               "spearman_all": spearman(predicted, measured) if len(placed) > 1 else None}
+    return rows, overall
+
+
 def cmd_predict(args) -> int:
     from harness.predict.arch import load_arch
     from harness.predict.fit import blocks_per_sm
@@ -35,6 +65,18 @@ def cmd_predict(args) -> int:
         module = variants.load_variant(args.variant)
     except ValueError as error:
         raise SystemExit(f"vk predict: {error}") from None
+    if args.check:
+        from tabulate import tabulate
+
+        missing = [str(p) for p in args.check if not p.is_file()]
+        if missing:
+            raise SystemExit(f"vk predict: --check: no such file: {', '.join(missing)}")
+        rows, overall = check_records(args.check, args.variant, args.arch, args.fitted_on)
+        print(tabulate([(f"{r['prefix_len']:,}", r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
+                         f"{r['predicted_best_vs_best']:.3f}", f"{r['median_abs_pct_error']:.1f}") for r in rows],
+                       headers=["L", "T", "H", "configs", "Spearman", "predicted-best / best", "median |% error|"]))
+        print(json.dumps(overall))
+        return 0
     fitted = load_params(args.variant, args.fitted_on)
     config = {**module.DEFAULT_CONFIGS.get(args.arch, module.DEFAULT_CONFIG), **(args.config or {})}
     problems = variants.optional(module, "config_problems")(config)
@@ -107,6 +149,9 @@ def add_commands(sub) -> None:
     predict.add_argument("--tree", type=int_list_in(1, 1024), default=[64], help="tree sizes T")
     predict.add_argument("--heads", type=int_list_in(1, 128), default=[8], help="heads H")
     predict.add_argument("--fitted-on", default="sm_90", help="the arch whose measurements fitted the parameters")
+    predict.add_argument("--check", type=Path, nargs="+", metavar="RECORDS",
+                         help="bench JSONL files measured on --arch: report the predictor's error against them "
+                              "(per shape: Spearman, predicted-best / best, median |%% error|) instead of predicting")
     predict.set_defaults(func=cmd_predict)
 
     fit = sub.add_parser("predict-fit", help="fit the predictor on records, validate on held-out configs")

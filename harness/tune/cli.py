@@ -99,6 +99,9 @@ def add_commands(sub) -> None:
     tune.add_argument("--workers", type=int_in(1), default=1, help="worker processes, one per local GPU, shared storage")
     tune.add_argument("--arch", choices=["sm_90", "sm_120"], help="static model's arch (default: this GPU's)")
     tune.add_argument("--gpu", help="GPU SKU for the keys (default: this GPU's)")
+    tune.add_argument("--constrain-to", choices=["sm_120"],
+                      help="proxy tuning: search only the configs this arch's static model admits, timed on this "
+                           "GPU; studies and winners apart (results/tuned/<gpu>-proxy-<arch>.yaml, proxy_for: <arch>)")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--trial-timeout", type=float_at_least(0, strict=True), default=180.0, help="seconds before a trial counts as hung")
     tune.add_argument("--rep-ms", type=float_at_least(0, strict=True), default=100.0, help="time budget of timed calls per trial")

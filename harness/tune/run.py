@@ -36,6 +36,12 @@ def run_tune(args, argv: list[str]) -> int:
     arch = args.arch or ("sm_120" if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 12
                          else "sm_90")
     sku = args.gpu or gpu_sku_or_fake(fake)
+    proxy_for = getattr(args, "constrain_to", None)
+    if proxy_for and args.arch and args.arch != proxy_for:
+        raise SystemExit(f"vk tune: --arch {args.arch} and --constrain-to {proxy_for}: give one arch")
+    if proxy_for:
+        arch = proxy_for  # the static model (and so the space) of the target arch, timed on this GPU
+        sku = proxy_label(sku, proxy_for)
     storage = args.storage or DEFAULT_STORAGE
     if storage.startswith("sqlite:///"):
         Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -50,6 +56,8 @@ def run_tune(args, argv: list[str]) -> int:
             continue
         record = winner_record(study, key)
         if record:
+            if proxy_for:
+                record.update(proxy_for=proxy_for, measured_on=sku.removesuffix(f"-proxy-{proxy_for}"), arch=arch)
             save_winner(record, path)
             rows.append((key.variant, key.prefix_len, key.tree_nodes, key.heads, f"{record['median_ms']:.4f}",
                          f"{record['default_median_ms']:.4f}" if record["default_median_ms"] else "-",
@@ -62,6 +70,12 @@ def run_tune(args, argv: list[str]) -> int:
                                       "failed", "config"]))
         print(f"\nwinners in {path}; storage {storage}")
     return 0
+
+
+def proxy_label(sku: str, arch: str) -> str:
+    """The key's GPU label in a proxy run (``vk tune --constrain-to``): its studies and winners table
+    are apart from this GPU's own, and no GPU's dispatch reads them."""
+    return f"{sku}-proxy-{arch}"
 
 
 def gpu_sku_or_fake(fake: bool) -> str:
@@ -84,7 +98,10 @@ def _tune_workers(args, argv: list[str]) -> int:
     if storage.startswith("sqlite:///"):
         Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     opened = open_storage(storage)  # the schema and the studies once, before the workers race to create them
-    for key in tune_keys(args, args.gpu or gpu_sku_or_fake(bool(os.environ.get("VK_TUNE_FAKE")))):
+    sku = args.gpu or gpu_sku_or_fake(bool(os.environ.get("VK_TUNE_FAKE")))
+    if getattr(args, "constrain_to", None):
+        sku = proxy_label(sku, args.constrain_to)
+    for key in tune_keys(args, sku):
         open_study(key.study_name + ("|exhaustive" if args.exhaustive else ""), opened, args.seed,
                    kernel_source_hash(key.variant), args.timing)
     gpus = max(1, torch.cuda.device_count())

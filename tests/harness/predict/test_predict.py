@@ -119,3 +119,41 @@ def test_vk_predict_refuses_a_variant_without_tile_work():
     done = subprocess.run([sys.executable, "-m", "harness", "predict", "--variant", "triton_splitkv"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "vk predict" in done.stderr
+
+
+def test_predict_check_reports_the_error_against_records(tmp_path):
+    """vk predict --check: records whose times are exactly twice the prediction give 100% error,
+    a perfect ranking, and the predicted best is the measured best."""
+    from pathlib import Path
+
+    from harness.predict.cli import check_records, load_params
+    from harness.predict.fit import blocks_per_sm as blocks_of, config_key, measured_points, predicted_ms
+
+    source = Path(__file__).resolve().parents[3] / "results" / "bench" / "cuda_ws-side-by-side-nvidia-h200.jsonl"
+    params = load_params("cuda_ws", "sm_90")["params"]
+    arch = load_arch("sm_90")
+    lines = []
+    for line in source.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("variant") != "cuda_ws" or record.get("status") != "ok":
+            continue
+        point = measured_points([source], "cuda_ws")[0] | {
+            "prefix_len": record["prefix_len"], "tree_nodes": record["tree_nodes"], "heads": record["heads"],
+            "batch": record.get("batch", 1), "page_size": record["page_size"], "config": record["resolved_config"]}
+        blocks = {config_key(point["config"]): blocks_of("cuda_ws", "sm_90", point["config"])}
+        record["median_ms"] = 2 * predicted_ms(point, "cuda_ws", arch, blocks, params)
+        lines.append(json.dumps(record))
+    doubled = tmp_path / "doubled.jsonl"
+    doubled.write_text("\n".join(lines) + "\n")
+    rows, overall = check_records([doubled], "cuda_ws", "sm_90", "sm_90")
+    assert overall["points"] == len(lines) > 0 and overall["median_abs_pct_error"] == pytest.approx(50.0)
+    assert overall["spearman_all"] == pytest.approx(1.0)
+    assert all(row["predicted_best_vs_best"] == pytest.approx(1.0) for row in rows)
+
+
+def test_predict_check_refuses_files_without_records(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    done = subprocess.run([sys.executable, "-m", "harness", "predict", "--check", str(empty), "--arch", "sm_90"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "no ok records of 'cuda_ws'" in done.stderr and "Traceback" not in done.stderr

@@ -254,3 +254,21 @@ def test_one_worker_process_serves_many_trials(fake_env, monkeypatch):
         assert worker.run({**job, "config": {"BLOCK_M": 128}}, timeout_s=60)["status"] == "ok"
         assert worker._process.pid == pid
     assert [a["median_ms"] for a in answers] == [fake_cost_ms({"BLOCK_M": m}) for m in (16, 32, 64)]
+
+
+def test_constrain_to_tunes_the_target_space_apart_and_marks_its_records(tmp_path, fake_env):
+    """vk tune --constrain-to sm_120: the sm_120 space, its own studies and table, records with proxy_for."""
+    import yaml
+
+    command = [a for a in _vk_tune(tmp_path, "--trials", "3") if a not in ("--arch", "sm_120")]
+    command = [*command, "--constrain-to", "sm_120"]
+    done = subprocess.run(command, env=fake_env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    winners = yaml.safe_load((tmp_path / "winners.yaml").read_text())
+    (name, record), = winners.items()
+    assert "-proxy-sm_120|" in name and record["proxy_for"] == "sm_120" and record["arch"] == "sm_120"
+    assert record["measured_on"] == record["gpu"].removesuffix("-proxy-sm_120") and record["gpu"].endswith("-proxy-sm_120")
+    space, feasible, _ = tune.feasible_space("triton_splitkv", "sm_120", progress=False, compile=False)
+    assert json.dumps(record["config"], sort_keys=True) in feasible
+    clash = subprocess.run([*command, "--arch", "sm_90"], env=fake_env, capture_output=True, text=True)
+    assert clash.returncode == 2 and "give one arch" in clash.stderr
