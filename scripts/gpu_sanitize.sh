@@ -2,8 +2,8 @@
 # compute-sanitizer on every GPU variant in one call (issue 25), each log under results/sanitizer/
 # and packed into $OUT as it ends; the shapes are scripts/sanitize_variants.py's six adversarial ones.
 #   probe: racecheck of a kernel that is only Triton's warp_specialize (scripts/racecheck_ws_probe.py);
-#   ws:    racecheck of gluon_wgmma_ws and of it with its P hand-off behind CTA barriers
-#          (experiments/sanitizer/cta_handoff.diff); synccheck of it and of its version before the
+#   ws:    racecheck of gluon_wgmma_ws and of it with its P hand-off behind CTA barriers, counted and
+#          not (experiments/sanitizer/cta_handoff*.diff); synccheck of it and of its version before the
 #          cp.async arrivals counted one per thread (experiments/sanitizer/ws_before_noinc.py, written
 #          from git by `git show 30a4190:verify_kernels/gluon_wgmma_ws.py`, carried where .git is stale);
 #   race:  racecheck of triton_ps1 and gluon_wgmma (the other variants' logs: results/sanitizer/);
@@ -16,8 +16,8 @@ steps=" ${*:-probe ws race init check} "
 dir=results/sanitizer/variants; mkdir -p "$dir"
 for diff in experiments/sanitizer/*.diff; do  # the patched kernels (git-ignored; carried when the host lacks patch)
   command -v patch >/dev/null || break
-  patch -s -o "experiments/sanitizer/$(sed -n 's/^+++ experiments\/sanitizer\/\([^ \t]*\).*/\1/p' "$diff")" \
-    verify_kernels/gluon_wgmma_ws.py "$diff" || exit 1
+  patch -s -o "$(sed -n 's/^+++ \([^ \t]*\).*/\1/p' "$diff")" "$(sed -n 's/^--- \([^ \t]*\).*/\1/p' "$diff")" \
+    "$diff" || exit 1  # in name order: a patch's base (its --- line) is the kernel or an earlier output
 done
 [ -f experiments/sanitizer/ws_before_noinc.py ] || \
   git show 30a4190:verify_kernels/gluon_wgmma_ws.py > experiments/sanitizer/ws_before_noinc.py || exit 1
@@ -42,6 +42,7 @@ fi
 if [[ $steps == *" ws "* ]]; then
   sanitize racecheck gluon_wgmma_ws 120 gluon_wgmma_ws; pack
   sanitize racecheck gluon_wgmma_ws-cta-handoff 120 "$cta"; pack
+  sanitize racecheck gluon_wgmma_ws-cta-handoff-nocount 120 "${cta%.py@*}_nocount.py@gluon_wgmma_ws"; pack
   sanitize synccheck gluon_wgmma_ws 120 gluon_wgmma_ws; pack
   sanitize synccheck gluon_wgmma_ws-before-noinc 120 "$before"; pack
 fi

@@ -40,11 +40,64 @@ def tuned_tables(args) -> list[tuple[str, Path]]:
             [("shipped, PREDICTED (not measured)", path) for path in shipped if path.name.startswith("predicted-")])
 
 
+def compare_tables(first: Path, second: Path) -> list[dict]:
+    """Per key (variant, L bucket, T, H, page size) present in both tables: each one's winner, its time
+    (measured, proxy or predicted, as the record says) and the config keys where they differ."""
+    import yaml
+
+    def by_key(path: Path) -> dict:
+        out = {}
+        for record in (yaml.safe_load(path.read_text()) or {}).values():
+            key = (record["variant"], record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"])
+            out[key] = record
+        return out
+
+    def kind(record: dict) -> str:
+        if record.get("predicted"):
+            return f"predicted {record.get('arch')}"
+        if record.get("proxy_for"):
+            return f"proxy for {record['proxy_for']} on {record.get('measured_on')}"
+        return f"measured on {record.get('gpu')}"
+
+    a, b = by_key(first), by_key(second)
+    rows = []
+    for key in sorted(set(a) & set(b)):
+        ra, rb = a[key], b[key]
+        ca, cb = ra["config"], rb["config"]
+        differ = sorted(k for k in set(ca) | set(cb) if ca.get(k) != cb.get(k))
+        rows.append({"variant": key[0], "l_bucket": key[1], "tree_nodes": key[2], "heads": key[3],
+                     "first": {"kind": kind(ra), "config": ca, "ms": ra.get("median_ms", ra.get("predicted_ms"))},
+                     "second": {"kind": kind(rb), "config": cb, "ms": rb.get("median_ms", rb.get("predicted_ms"))},
+                     "same_config": not differ, "differ_in": differ})
+    return rows
+
+
 def cmd_tuned(args) -> int:
     import yaml
 
     from harness.tune.study import check_winners, publish_winners
 
+    if args.compare:
+        import json
+
+        from tabulate import tabulate
+
+        missing = [str(p) for p in args.compare if not p.is_file()]
+        if missing:
+            raise SystemExit(f"vk tuned: --compare: no such file: {', '.join(missing)}")
+        rows = compare_tables(*args.compare)
+        if not rows:
+            raise SystemExit("vk tuned: --compare: the two tables share no key (variant, L bucket, T, H, page size)")
+        print(f"first: {args.compare[0]} ({rows[0]['first']['kind']}); second: {args.compare[1]} "
+              f"({rows[0]['second']['kind']})")
+        print(tabulate([(r["variant"], f"{r['l_bucket']:,}", r["tree_nodes"], r["heads"], f"{r['first']['ms']:.4f}",
+                         f"{r['second']['ms']:.4f}", "same" if r["same_config"] else ", ".join(
+                             f"{k} {r['first']['config'].get(k)}/{r['second']['config'].get(k)}" for k in r["differ_in"]))
+                        for r in rows],
+                       headers=["variant", "L bucket", "T", "H", "first ms", "second ms", "configs (first/second)"]))
+        if args.json:
+            print(json.dumps(rows))
+        return 0
     tables = tuned_tables(args)
     if args.publish:
         if args.file is None:
@@ -122,6 +175,10 @@ def add_commands(sub) -> None:
                                        "those the package ships for variant='auto' (verify_kernels/tuned/).")
     tuned.add_argument("--check", action="store_true", help="exit 1 when a record's kernel source hash is stale")
     tuned.add_argument("--file", type=Path, help="one table instead of all of them")
+    tuned.add_argument("--compare", type=Path, nargs=2, metavar=("FIRST", "SECOND"),
+                       help="per shared key, the two tables' winners side by side: e.g. a proxy table "
+                            "(vk tune --constrain-to sm_120) against the predicted one (predicted-sm_120.yaml)")
+    tuned.add_argument("--json", action="store_true", help="with --compare: also print the rows as JSON")
     tuned.add_argument("--publish", action="store_true",
                        help="copy --file (a measured table) into the package, where variant='auto' reads it")
     tuned.set_defaults(func=cmd_tuned)

@@ -10,3 +10,31 @@ from verify_kernels.dispatch import SHIPPED_TUNED_DIR
 @pytest.mark.parametrize("table", sorted(SHIPPED_TUNED_DIR.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_table_is_current(table):
     assert check_winners(table) == []
+
+
+def test_tuned_compare_lines_up_a_proxy_table_with_the_predicted_one(tmp_path):
+    """vk tuned --compare: per shared key both winners, their times and the config keys that differ."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from harness.tune.cli import compare_tables
+
+    base = {"variant": "cuda_ws", "l_bucket": 131072, "tree_nodes": 64, "heads": 8, "page_size": 64}
+    proxy = {"k1": {**base, "config": {"BLOCK_N": 16, "STAGES": 2}, "median_ms": 0.9, "proxy_for": "sm_120",
+                    "measured_on": "nvidia-h200"},
+             "k2": {**base, "tree_nodes": 16, "config": {"BLOCK_N": 16, "STAGES": 2}, "median_ms": 0.3,
+                    "proxy_for": "sm_120", "measured_on": "nvidia-h200"}}
+    predicted = {"p1": {**base, "config": {"BLOCK_N": 16, "STAGES": 3}, "predicted_ms": 0.7, "predicted": True,
+                        "arch": "sm_120"}}
+    first, second = tmp_path / "proxy.yaml", tmp_path / "predicted.yaml"
+    first.write_text(yaml.safe_dump(proxy))
+    second.write_text(yaml.safe_dump(predicted))
+    (row,) = compare_tables(first, second)
+    assert row["differ_in"] == ["STAGES"] and not row["same_config"]
+    assert row["first"]["kind"] == "proxy for sm_120 on nvidia-h200" and row["second"]["kind"] == "predicted sm_120"
+    assert (row["first"]["ms"], row["second"]["ms"]) == (0.9, 0.7)
+    done = subprocess.run([sys.executable, "-m", "harness", "tuned", "--compare", str(first), str(second)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "STAGES 2/3" in done.stdout
