@@ -210,6 +210,7 @@ def ddtree_decode_on_device(runner: TargetRunner, history: list[int], new_tokens
         queued_steps.append(done)
         last, host_cpu = now, 0.0
     run.seconds = time.perf_counter() - began
+    run.window = (began, began + run.seconds)
     run.host_cpu = {"thread_s": time.thread_time() - thread_began, "process_s": time.process_time() - process_began,
                     "threads": threading.active_count()}
     sync_device(device)  # the step queued last (never read) has run

@@ -184,6 +184,7 @@ class DecodeRun:
     margins: list[float] = field(default_factory=list)  # greedy runs: top-1 minus top-2 logit per token
     top_logits: list[float] = field(default_factory=list)  # greedy runs: the top-1 logit per token
     host_cpu: dict = field(default_factory=dict)  # DDTree runs: CPU seconds of this thread and the process, threads
+    window: tuple[float, float] | None = None  # DDTree runs: time.perf_counter() at the loop's start and end
 
     def summary(self) -> dict:
         steps = self.steps
@@ -323,6 +324,7 @@ def ddtree_decode(runner: TargetRunner, history: list[int], new_tokens: int, dra
         clock.step_done(run.steps[-1])
     clock.finish()
     run.seconds = time.perf_counter() - began
+    run.window = (began, began + run.seconds)
     # Host phases that run slower than the CPU time they take waited for the core; other threads'
     # CPU time (process - thread) shows what else ran meanwhile.
     run.host_cpu = {"thread_s": time.thread_time() - thread_began, "process_s": time.process_time() - process_began,

@@ -125,7 +125,7 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
               "draft_on": draft_on, **summary,
               "steps_detail": run.step_dicts()}
     if power is not None:
-        result["power"] = power.summary()  # over the whole decode run (NVML, harness.measure.power)
+        result["power"] = power.summary(window=run.window)  # over the steps, not the warm-up (NVML)
     if measure_attention:
         setup.cache.reserve(setup.start_len + budget)
         attention = runner.attention_ms(budget)

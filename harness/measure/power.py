@@ -82,14 +82,18 @@ class PowerSampler:
                 self.reason = f"NVML sampling stopped: {type(error).__name__}: {error}"[:300]
                 return
 
-    def summary(self) -> dict:
+    def summary(self, window: tuple[float, float] | None = None) -> dict:
         """Median and peak power (W), SM-busy % and memory-controller %, the sample count and the
-        span; or ``{"status": "unavailable", "reason": ...}``."""
-        if not self.samples:
-            return {"status": "unavailable", "reason": self.reason or "no samples"}
-        _, watts, sm, memory = zip(*self.samples)
-        out = {"status": "ok", "samples": len(self.samples), "interval_ms": self.interval_s * 1e3,
-               "span_s": round(self.samples[-1][0] - self.samples[0][0], 4),
+        span; or ``{"status": "unavailable", "reason": ...}``. ``window`` (time.perf_counter
+        seconds): only the samples taken inside it, say a decode loop's steps without its warm-up."""
+        samples = self.samples
+        if window is not None:
+            samples = [sample for sample in samples if window[0] <= sample[0] <= window[1]]
+        if not samples:
+            return {"status": "unavailable", "reason": self.reason or "no samples" + (" in the window" if window else "")}
+        _, watts, sm, memory = zip(*samples)
+        out = {"status": "ok", "samples": len(samples), "interval_ms": self.interval_s * 1e3,
+               "span_s": round(samples[-1][0] - samples[0][0], 4),
                "power_w_median": statistics.median(watts), "power_w_peak": max(watts),
                "sm_util_pct_median": statistics.median(sm), "sm_util_pct_peak": max(sm),
                "mem_util_pct_median": statistics.median(memory), "mem_util_pct_peak": max(memory),

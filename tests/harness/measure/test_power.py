@@ -68,3 +68,12 @@ def test_sampler_that_loses_nvml_mid_run_keeps_what_it_read():
     summary = sampler.summary()
     assert summary["status"] == "ok" and summary["samples"] == 2 and "GPU is lost" in summary["reason"]
     assert summary["power_w_median"] == pytest.approx(150.0)
+
+
+def test_summary_over_a_window_keeps_only_its_samples():
+    sampler = PowerSampler(nvml=FakeNvml(), device_index=0)
+    sampler.samples = [(0.0, 50.0, 0.0, 0.0), (1.0, 300.0, 100.0, 20.0), (2.0, 310.0, 100.0, 22.0),
+                       (3.0, 60.0, 0.0, 0.0)]
+    summary = sampler.summary(window=(0.5, 2.5))
+    assert summary["samples"] == 2 and summary["power_w_median"] == 305.0 and summary["sm_util_pct_median"] == 100.0
+    assert sampler.summary(window=(5.0, 6.0)) == {"status": "unavailable", "reason": "no samples in the window"}
