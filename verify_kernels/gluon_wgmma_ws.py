@@ -168,9 +168,10 @@ def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_s
         # arrives on the mbarrier (release, CTA scope); the other warpgroup's try_wait on that phase
         # acquires. So every load of P(i - 1) / alpha(i - 1) precedes, through p_free, every store of
         # P(i) / alpha(i), and every store precedes, through p_ready, the loads of P(i) / alpha(i).
-        # racecheck reports these accesses (and the row sums') just the same when the hand-off goes
-        # through CTA-wide named barriers instead (experiments/sanitizer/cta_handoff.diff), so its
-        # reports here do not point at a missing order (results/notes/2026-12-03-sanitizer-reports.md).
+        # With this hand-off behind CTA-wide barriers instead (barrier.sync N, every thread;
+        # experiments/sanitizer/cta_handoff*.diff) racecheck reports nothing on alpha_smem, and
+        # reports the row sums there, which sums_ready hands off exactly as p_ready does here: it
+        # flags the mbarrier ordering, not a missing one (results/notes/2026-12-03-sanitizer-reports.md).
         mbarrier.wait(p_free, (i & 1) ^ 1)  # warpgroup 1 has read P(i - 1)
         p_smem.store(p)
         alpha_smem.store(alpha)

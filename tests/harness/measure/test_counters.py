@@ -83,3 +83,15 @@ def test_profile_failure_and_timeout_are_rows_with_reasons():
         raise subprocess.TimeoutExpired(command, 1)
     row = counters.profile(["t"], ncu="ncu", run=slow, timeout_s=1)
     assert row["status"] == "error" and "past 1 s" in row["reason"]
+
+
+def test_parse_a_real_h200_capture():
+    """ncu 2025 on the H200 (scripts/gpu_counters.sh, cuda_ws at 131072 / 64 / 8): its NVTX and
+    device-attribute columns are read past, its two kernels (the verify kernel and the combine) kept."""
+    capture = Path(__file__).parent / "data" / "ncu-raw-h200-cuda_ws.csv"
+    kernels = counters.parse_csv(capture.read_text())
+    assert [k["kernel"] for k in kernels] == ["verify_ws", "_combine_kernel"]
+    row = counters.summarize(kernels)
+    assert 30 < row["tensor_pipe_pct"] < 45 and 60 < row["smem_pipe_pct"] < 80
+    assert row["duration_us"] == pytest.approx(sum(k["gpu__time_duration.sum"] for k in kernels) / 1e3)
+    assert [reason for reason, _ in row["top_stalls"]][:2] == ["wait", "short_scoreboard"]
