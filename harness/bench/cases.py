@@ -52,6 +52,7 @@ class CaseResult:
     reason: str = ""
     seconds: float = 0.0
     config: dict = field(default_factory=dict)
+    counters: dict | None = None  # vk check --counters: harness.measure.counters.profile's row
 
     @property
     def passed(self) -> bool:

@@ -2,36 +2,62 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from dataclasses import asdict
+
 from tabulate import tabulate
 from tqdm import tqdm
 
 from verify_kernels import variants
 
 from harness.bench.cases import Case, CaseResult, check_matrix, run_case
+from harness.measure import counters as ncu_counters
 
 
-def run_check(variant_names: list[str], cases: list[Case], *, device: str, progress: bool = True) -> list[CaseResult]:
-    """Run each variant on each case at each (page size, config) it is checked at; results in order."""
+def run_check(variant_names: list[str], cases: list[Case], *, device: str, progress: bool = True,
+              counters: bool = False, profile=ncu_counters.profile) -> list[CaseResult]:
+    """Run each variant on each case at each (page size, config) it is checked at; results in order.
+    ``counters`` (CUDA only): each passed case is profiled once more under ncu, in a separate process."""
     jobs = [(name, case, page_size, config) for name in variant_names
             for page_size, config in check_matrix(name) for case in cases]
     results = []
     for name, case, page_size, config in tqdm(jobs, desc="vk check", unit="case", disable=not progress):
-        results.append(run_case(name, case, device=device, page_size=page_size, config=config or None))
+        result = run_case(name, case, device=device, page_size=page_size, config=config or None)
+        if counters and device == "cuda" and result.passed:
+            result.counters = profile(case_argv(name, case, page_size, config or {}))
+        results.append(result)
     return results
+
+
+def case_argv(variant: str, case: Case, page_size: int, config: dict) -> list[str]:
+    """The command that replays a check case once for ncu (harness.bench.counters_target)."""
+    spec = {"case": asdict(case), "variant": variant, "page_size": page_size, "config": config}
+    return [sys.executable, "-m", "harness.bench.counters_target", json.dumps(spec)]
 
 
 def format_table(results: list[CaseResult], width: int = 120) -> str:
     """The cases that ran (passed or failed), in ``width`` columns; skips are summarised apart."""
     ran = [r for r in results if r.status != "skip"]
+    counted = any(r.counters for r in ran)
     rows = [(r.variant, r.case, r.page_size, _format_config(r.config)[:24],
              "-" if r.rel_error == float("inf") else f"{r.rel_error:.1e}", f"{r.tolerance:g}", r.status.upper(),
-             r.reason) for r in ran]
-    headers = ["variant", "case", "page", "config", "rel_err", "tol", "result", "reason"]
+             *((_tensor_cell(r.counters),) if counted else ()), r.reason) for r in ran]
+    headers = ["variant", "case", "page", "config", "rel_err", "tol", "result", *(["tensor %"] if counted else []),
+               "reason"]
     table = tabulate(rows, headers=headers)
     room = max(20, width - max((len(line) - len(rows[i - 2][-1]) if i >= 2 else 0)
                                 for i, line in enumerate(table.splitlines())) if rows else width)
     rows = [(*row[:-1], _shorten(row[-1], room)) for row in rows]
     return tabulate(rows, headers=headers) if rows else "(no case ran)"
+
+
+def _tensor_cell(found: dict | None) -> str:
+    if not found:
+        return "-"
+    if found.get("status") != "ok":
+        return found.get("status", "-")
+    return "n/a" if found.get("tensor_pipe_pct") is None else f"{found['tensor_pipe_pct']:.1f}"
 
 
 def summary(results: list[CaseResult]) -> list[str]:

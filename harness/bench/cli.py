@@ -36,7 +36,9 @@ def cmd_check(args) -> int:
     if device == "cpu":
         print("vk check: no CUDA device; running the Triton variants under TRITON_INTERPRET=1 "
               "on small shapes (the CPU case matrix).", file=sys.stderr)
-    results = run_check(names, cases, device=device, progress=not args.no_progress)
+    if args.counters and device != "cuda":
+        raise SystemExit("vk check: --counters: needs a CUDA GPU (ncu profiles the kernels there)")
+    results = run_check(names, cases, device=device, progress=not args.no_progress, counters=args.counters)
     out = args.out or results_dir() / "check" / f"{gpu_sku() if device == 'cuda' else 'cpu'}.jsonl"
     append_records(out, [make_record("check", r.as_record()) for r in results])
     if args.json:
@@ -123,6 +125,9 @@ def add_commands(sub) -> None:
     check.add_argument("--out", type=Path, help="append JSONL records here (default: results/check/<gpu or cpu>.jsonl "
                                                 "in the current directory, or under $VK_RESULTS_DIR)")
     check.add_argument("--json", action="store_true", help="print records as JSON instead of a table")
+    check.add_argument("--counters", action="store_true",
+                       help="also profile each passed case once under ncu (a separate process): the record gets "
+                            "tensor-pipe %%, DRAM %%, L2 hit rate, shared-memory pipe %%, occupancy, top stalls")
     check.add_argument("--no-progress", action="store_true")
     check.set_defaults(func=cmd_check)
 

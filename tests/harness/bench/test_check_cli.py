@@ -32,3 +32,40 @@ def test_vk_check_cli(tmp_path):
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "2 passed, 0 failed" in completed.stdout
     assert [r["status"] for r in records.read_records(out)] == ["pass", "pass"]
+
+
+def test_check_counters_profile_each_passed_case_apart(monkeypatch):
+    """vk check --counters: a passed case gets the profile of its own replay (the case, variant, page
+    size and config handed to a separate process); a failed or skipped case is not profiled."""
+    import json
+
+    from harness.bench import check
+    from harness.bench.cases import Case, CaseResult
+
+    cases = [Case("page_edge", (64,), 33, 2), Case("fp16", (54,), 33, 2, dtype="float16")]
+
+    def run_case(name, case, *, device, page_size, config=None):
+        status = "pass" if case.name == "page_edge" else "fail"
+        return CaseResult(name, case.name, "", page_size, 0.0, 0.01, status, config=dict(config or {}))
+    monkeypatch.setattr(check, "run_case", run_case)
+    monkeypatch.setattr(check, "check_matrix", lambda name: [(64, {"BLOCK_N": 32})])
+    seen = []
+
+    def profile(argv):
+        seen.append(json.loads(argv[3]))
+        return {"status": "ok", "tensor_pipe_pct": 12.5}
+    results = check.run_check(["triton_splitkv"], cases, device="cuda", progress=False, counters=True,
+                              profile=profile)
+    assert [r.counters for r in results] == [{"status": "ok", "tensor_pipe_pct": 12.5}, None]
+    assert seen == [{"case": {"name": "page_edge", "prefix_lens": [64], "tree_nodes": 33, "heads": 2, "tree": "random",
+                              "dtype": "bfloat16", "q_scale": 1.0, "seed": 0}, "variant": "triton_splitkv",
+                     "page_size": 64, "config": {"BLOCK_N": 32}}]
+    assert "tensor %" in check.format_table(results) and "12.5" in check.format_table(results)
+    assert results[0].as_record()["counters"]["tensor_pipe_pct"] == 12.5
+
+
+def test_check_counters_needs_a_gpu():
+    completed = subprocess.run([sys.executable, "-m", "harness", "check", "--device", "cpu", "--counters",
+                                "--quick", "--no-progress"], capture_output=True, text=True)
+    assert completed.returncode == 2 and "--counters: needs a CUDA GPU" in completed.stderr
+    assert "Traceback" not in completed.stderr
