@@ -19,8 +19,11 @@ for diff in experiments/sanitizer/*.diff; do  # the patched kernels (git-ignored
   patch -s -o "$(sed -n 's/^+++ \([^ \t]*\).*/\1/p' "$diff")" "$(sed -n 's/^--- \([^ \t]*\).*/\1/p' "$diff")" \
     "$diff" || exit 1  # in name order: a patch's base (its --- line) is the kernel or an earlier output
 done
-[ -f experiments/sanitizer/ws_before_noinc.py ] || \
-  git show 30a4190:verify_kernels/gluon_wgmma_ws.py > experiments/sanitizer/ws_before_noinc.py || exit 1
+before_file=experiments/sanitizer/ws_before_noinc.py
+if [ ! -s "$before_file" ]; then  # never leave an empty file behind: a later run would load it
+  git show 30a4190:verify_kernels/gluon_wgmma_ws.py > "$before_file.tmp" && mv "$before_file.tmp" "$before_file" || {
+    rm -f "$before_file.tmp"; echo "gpu_sanitize: no 30a4190 in this .git: carry $before_file" >&2; exit 1; }
+fi
 cta=file=experiments/sanitizer/ws_cta_handoff.py@gluon_wgmma_ws
 before=file=experiments/sanitizer/ws_before_noinc.py@gluon_wgmma_ws
 summary() {  # tool log: one line
