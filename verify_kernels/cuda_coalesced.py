@@ -135,6 +135,21 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
             ), stream=stream)
 
 
+def tile_work(config: dict) -> dict:
+    """What one CTA does per KV tile, for performance models (harness/predict): mma.sync m16n8k16
+    count, bytes through the shared-memory pipe (each warp's ldmatrix of Q and K for S, of P and V
+    for P V; P's staging writes; the tile's cp.async writes), CTA barriers, resident warps, and the
+    kv_splits rule of ``complete_config`` (a power of two filling every SM CTAS_PER_SM times)."""
+    rows, block_n = 16 * config["WARPS_M"], config["BLOCK_N"]
+    warps = config["WARPS_M"] * config["WARPS_N"]
+    s_cols, o_cols = block_n // config["WARPS_N"], V_DIM // config["WARPS_N"]
+    qk = warps * (HEAD_DIM // 16) * (512 + s_cols * 32)
+    pv = warps * (block_n // 16) * (512 + o_cols * 32)
+    return {"rows": rows, "block_n": block_n, "mma": rows * block_n * (HEAD_DIM + V_DIM) * 2 // 4096,
+            "smem_bytes": qk + pv + rows * block_n * 2 + block_n * HEAD_DIM * 2,
+            "barriers": 3 + (config["WARPS_N"] > 1), "warps": warps, "splits_one_wave": False}
+
+
 def kernel_specs(config: dict):
     """What `vk static` compiles for ``config`` with nvcc (the combine is tiny)."""
     from .kernel_spec import CudaKernelSpec

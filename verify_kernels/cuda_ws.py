@@ -188,7 +188,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
 def tile_work(config: dict) -> dict:
     """What one CTA does per KV tile, for performance models: mma.sync m16n8k16 count, bytes through
     the shared-memory pipe (ldmatrix reads, the bulk copy's writes, P or the partial-S exchange),
-    barriers, and the warps the CTA keeps resident."""
+    barriers, the warps the CTA keeps resident, and the kv_splits rule of ``complete_config`` (one
+    wave of MIN_BLOCKS CTAs per SM)."""
     rows, block_n = rows_per_cta(config), config["BLOCK_N"]
     warps_n, row_tiles, split_k = config["WARPS_N"], config["ROW_TILES"], config["SPLIT_K"]
     consumers = config["WARPS_M"] * warps_n
@@ -199,7 +200,7 @@ def tile_work(config: dict) -> dict:
     staging = consumers * row_tiles * 16 * block_n * 4 * warps_n if split_k else 2 * 2 * rows * block_n
     return {"rows": rows, "block_n": block_n, "mma": rows * block_n * (HEAD_DIM + V_DIM) * 2 // 4096,
             "smem_bytes": qk + pv + staging + block_n * HEAD_DIM * 2, "barriers": 2,
-            "warps": consumers + config["PRODUCER"]}
+            "warps": consumers + config["PRODUCER"], "splits_one_wave": True}
 
 
 def offline_arch_problem(arch: str) -> str | None:

@@ -103,12 +103,24 @@ def cmd_predict_fit(args) -> int:
     from harness.predict.fit import fit, measured_points, split_configs, validate
     from harness.predict.report import predicted_space, write_validation
 
-    missing = [str(p) for p in args.records if not p.is_file()]
-    if missing:
-        raise SystemExit(f"vk predict-fit: --records: no such file: {', '.join(missing)}")
-    points = measured_points(args.records, args.variant)
+    if bool(args.records) == bool(args.study):
+        raise SystemExit("vk predict-fit: give --records (bench JSONL) or --study (a vk tune study), one of them")
+    if args.study:
+        from harness.predict.fit import study_points
+
+        if args.study.split("|")[0] != args.variant:
+            raise SystemExit(f"vk predict-fit: --study {args.study!r} is not a study of --variant {args.variant!r}")
+        try:
+            points = study_points(args.storage, args.study)
+        except (KeyError, ValueError) as error:
+            raise SystemExit(f"vk predict-fit: --study: {error}") from None
+    else:
+        missing = [str(p) for p in args.records if not p.is_file()]
+        if missing:
+            raise SystemExit(f"vk predict-fit: --records: no such file: {', '.join(missing)}")
+        points = measured_points(args.records, args.variant)
     if not points:
-        raise SystemExit(f"vk predict-fit: --records hold no ok records of {args.variant!r}")
+        raise SystemExit(f"vk predict-fit: no ok measurements of {args.variant!r} in the given records or study")
     arch = load_arch(args.fitted_on)
     train, held_out = split_configs(points)
     fitted = fit(points, args.variant, arch, args.fitted_on, train, trials=args.trials)
@@ -117,7 +129,8 @@ def cmd_predict_fit(args) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     record = {"variant": args.variant, "fitted_on": args.fitted_on, "params": fitted["params"],
               "train_loss_mean_squared_log": fitted["train_loss"], "training_points": fitted["training_points"],
-              "records": [str(p) for p in args.records], "git_commit": git_commit().get("commit"),
+              "records": [str(p) for p in args.records or []], "study": args.study,
+              "storage": args.storage if args.study else None, "git_commit": git_commit().get("commit"),
               "train_configs": sorted(train), "held_out_configs": sorted(held_out), "validation": rows}
     PARAMS_DIR.mkdir(exist_ok=True)
     params_path(args.variant, args.fitted_on).write_text(yaml.safe_dump(record, sort_keys=False))
@@ -155,7 +168,9 @@ def add_commands(sub) -> None:
     predict.set_defaults(func=cmd_predict)
 
     fit = sub.add_parser("predict-fit", help="fit the predictor on records, validate on held-out configs")
-    fit.add_argument("--records", type=Path, nargs="+", required=True, help="bench JSONL files of one GPU")
+    fit.add_argument("--records", type=Path, nargs="+", help="bench JSONL files of one GPU")
+    fit.add_argument("--study", help="or a vk tune study's name (e.g. an exhaustive one) in --storage")
+    fit.add_argument("--storage", default="sqlite:///results/tuned/optuna.db", help="the Optuna storage of --study")
     fit.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
     fit.add_argument("--fitted-on", default="sm_90", help="the arch spec of the GPU that measured the records")
     fit.add_argument("--predict-for", nargs="*", default=["sm_120"], help="archs whose search space to predict")

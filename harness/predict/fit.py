@@ -52,6 +52,23 @@ def measured_points(paths: list[Path], variant: str) -> list[dict]:
     return points
 
 
+def study_points(storage: str, study_name: str) -> list[dict]:
+    """The complete trials of a ``vk tune`` study (say an exhaustive one) as measured points: the
+    study's key for the shape, each trial's config (kv_splits 0: the kernel's rule, which the model
+    applies on the fitted arch) and median."""
+    import optuna
+
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    key = study.user_attrs.get("key")
+    if not key:
+        raise ValueError(f"study: {study_name!r} has no key attribute (not a vk tune study)")
+    return [{"prefix_len": key["prefix_len"], "tree_nodes": key["tree_nodes"], "heads": key["heads"], "batch": 1,
+             "page_size": key["page_size"], "config": dict(trial.params), "measured_ms": trial.value,
+             "source": study_name}
+            for trial in study.trials
+            if trial.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in trial.user_attrs]
+
+
 def config_key(config: dict) -> str:
     return json.dumps({k: v for k, v in sorted(config.items()) if k != "kv_splits"})
 

@@ -63,13 +63,16 @@ def write_validation(points, variant: str, arch: Arch, fitted: dict, rows: list[
 def write_predicted_table(records: list[dict], path: Path) -> None:
     """The predicted winners in the dispatch table's layout (verify_kernels/dispatch.py), one per
     (L bucket, T, H, page size): L 185000 shares the 131072 bucket, where the 131072 prediction
-    stands. Every record says ``predicted: true`` and carries the kernel source hash it assumed."""
+    stands. Every record says ``predicted: true`` and carries the kernel source hash it assumed.
+    Other variants' records already in ``path`` are kept: the table holds every predicted variant."""
     import yaml
 
     from harness.static.space import kernel_source_hash
     from verify_kernels.dispatch import l_bucket
 
-    table = {}
+    variants_here = {record["variant"] for record in records}
+    table = {key: record for key, record in ((yaml.safe_load(path.read_text()) or {}) if path.exists() else {}).items()
+             if record["variant"] not in variants_here}
     for record in records:
         bucket = l_bucket(record["prefix_len"])
         if bucket != record["prefix_len"]:

@@ -157,3 +157,63 @@ def test_predict_check_refuses_files_without_records(tmp_path):
     done = subprocess.run([sys.executable, "-m", "harness", "predict", "--check", str(empty), "--arch", "sm_90"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "no ok records of 'cuda_ws'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_cuda_coalesced_tile_work_by_hand():
+    """WARPS_M 2, WARPS_N 2, BLOCK_N 32: 4 warps of 16 rows; S columns 16 and output columns 256 each."""
+    from verify_kernels import cuda_coalesced
+
+    work = cuda_coalesced.tile_work({"WARPS_M": 2, "WARPS_N": 2, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 1,
+                                     "kv_splits": 0})
+    qk = 4 * 36 * (512 + 16 * 32)      # per warp and k-step: Q's 16x16 fragment, K's 16 columns
+    pv = 4 * 2 * (512 + 256 * 32)      # per warp and k-step: P's fragment, V's 256 columns
+    assert work == {"rows": 32, "block_n": 32, "mma": 32 * 32 * 1088 * 2 // 4096,
+                    "smem_bytes": qk + pv + 32 * 32 * 2 + 32 * 1152, "barriers": 4, "warps": 4,
+                    "splits_one_wave": False}
+
+
+def test_predict_uses_each_variants_split_rule():
+    """kv_splits 0: cuda_ws takes one wave of MIN_BLOCKS CTAs per SM, cuda_coalesced the default
+    power-of-two rule, as their complete_config does."""
+    from verify_kernels.splits import kv_splits_for
+
+    arch = load_arch("sm_90")
+    coalesced = {"WARPS_M": 4, "WARPS_N": 2, "BLOCK_N": 64, "STAGES": 1, "MIN_BLOCKS": 1, "kv_splits": 0}
+    got = predict("cuda_coalesced", coalesced, prefix_len=131072, tree_nodes=16, heads=8, arch=arch,
+                  blocks_per_sm=1, params=EXACT).kv_splits
+    capacity = (-(-(131072 + 16) // 64) + 1) * 64
+    assert got == kv_splits_for(capacity, 128, 1, 64, 64, arch.sms)
+    ws = dict(cuda_ws.DEFAULT_CONFIGS["sm_90"], kv_splits=0)
+    got = predict("cuda_ws", ws, prefix_len=131072, tree_nodes=16, heads=8, arch=arch, blocks_per_sm=1,
+                  params=EXACT).kv_splits
+    assert got == kv_splits_for(capacity, 128, 1, cuda_ws.rows_per_cta(ws), ws["BLOCK_N"], arch.sms,
+                                ctas_per_sm=ws["MIN_BLOCKS"], one_wave=True)
+
+
+def test_fit_reads_a_tune_study_and_the_predicted_table_keeps_other_variants(tmp_path):
+    import optuna
+    import yaml
+
+    from harness.predict.fit import study_points
+    from harness.predict.report import write_predicted_table
+
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    study = optuna.create_study(study_name="cuda_coalesced|gpu|L32768|T64|H8|ps64|bfloat16|exhaustive",
+                                storage=storage)
+    study.set_user_attr("key", {"prefix_len": 32768, "tree_nodes": 64, "heads": 8, "page_size": 64})
+    for value, block_n in ((0.5, 16), (0.7, 32)):
+        study.enqueue_trial({"BLOCK_N": block_n})
+        study.optimize(lambda trial: trial.suggest_categorical("BLOCK_N", [16, 32]) and value, n_trials=1)
+    points = study_points(storage, study.study_name)
+    assert [(p["config"], p["measured_ms"], p["prefix_len"]) for p in points] == [
+        ({"BLOCK_N": 16}, 0.5, 32768), ({"BLOCK_N": 32}, 0.7, 32768)]
+
+    table = tmp_path / "predicted.yaml"
+    table.write_text(yaml.safe_dump({"cuda_ws|sm_120|predicted|L4096|T16|H8|ps64": {"variant": "cuda_ws", "x": 1}}))
+    record = {"variant": "cuda_coalesced", "arch": "sm_120", "fitted_on": "sm_90", "prefix_len": 4096,
+              "tree_nodes": 16, "heads": 8, "page_size": 64, "config": {"BLOCK_N": 16}, "time_ms": 0.03,
+              "bound": "tensor", "blocks_per_sm": 1}
+    write_predicted_table([record], table)
+    written = yaml.safe_load(table.read_text())
+    assert set(written) == {"cuda_ws|sm_120|predicted|L4096|T16|H8|ps64",
+                            "cuda_coalesced|sm_120|predicted|L4096|T16|H8|ps64"}
