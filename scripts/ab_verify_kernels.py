@@ -15,7 +15,6 @@ loaded as a sibling of verify_kernels' modules).
 """
 
 import argparse
-import importlib.util
 import json
 import shlex
 import statistics
@@ -38,10 +37,7 @@ def load_contender(spec: str):
     config = json.loads(config) if config else {}
     if name.startswith("file="):
         path = Path(name.removeprefix("file="))
-        module_spec = importlib.util.spec_from_file_location(f"verify_kernels._ab_{path.stem}", path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-        return f"{path.stem} {config}", module, config
+        return f"{path.stem} {config}", variants.load_variant_file(path), config
     return f"{name} {config}", variants.load_variant(name), config
 
 

@@ -7,7 +7,8 @@
 
 ``--restamp`` gives a tuned table's records the current kernel source hash where every kernel of the
 record's config compiles to the same PTX now as in ``before.json`` (a digest made at the records'
-source), and notes where the stamp came from. Host-side launch code is not compared: use it only
+source), and notes where the stamp came from after any earlier note (the chain back to the
+measured hash stays readable). Host-side launch code is not compared: use it only
 after a change that leaves the launches alone (say so in the commit).
 
 For each variant with an offline compile path, its default config, its CHECK_CONFIGS and every
@@ -115,10 +116,12 @@ def restamp(tables: list[Path], before: dict, after: dict, before_path: Path) ->
             if not same or record["kernel_source_hash"] == current:
                 print(f"{key}: {'unchanged' if same else 'PTX differs or missing: left stale'}")
                 continue
-            measured_at = record.get("restamped", {}).get("from_kernel_source_hash", record["kernel_source_hash"])
+            earlier = record.get("restamped", {})
+            measured_at = earlier.get("from_kernel_source_hash", record["kernel_source_hash"])
+            why = (f"identical PTX for {len(mine)} kernel/arch pairs of this config "
+                   f"(scripts/kernel_ptx_digest.py against {before_path.name})")
             record["restamped"] = {"from_kernel_source_hash": measured_at,  # the hash it was measured at
-                                   "why": f"identical PTX for {len(mine)} kernel/arch pairs of this config "
-                                          f"(scripts/kernel_ptx_digest.py against {before_path.name})"}
+                                   "why": f"{earlier['why']}; then {why}" if earlier.get("why") else why}
             record["kernel_source_hash"] = current
             print(f"{key}: restamped {record['restamped']['from_kernel_source_hash']} -> {current}")
         path.write_text(yaml.safe_dump(records, sort_keys=True))

@@ -18,10 +18,8 @@ batch, one split and many (a forced kv_splits), odd T and H. Exit 1 when any out
 """
 
 import argparse
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import torch
 
@@ -46,9 +44,7 @@ def file_runner(spec: str):
     path, _, registered = spec.removeprefix("file=").partition("@")
     if registered not in VARIANTS:
         raise SystemExit(f"{spec}: expected file=PATH@VARIANT with a registered VARIANT, got {registered!r}")
-    module_spec = importlib.util.spec_from_file_location(f"verify_kernels._sanitize_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    module = variants.load_variant_file(path)
 
     def run(gpu, config):
         shape = contract.check_arguments(*gpu.arguments(), **gpu.kwargs())

@@ -24,7 +24,7 @@ import torch
 
 from .contract import ProblemShape
 from .cupy_launch import check_config, compiled_functions, external_stream, unsupported_cuda_reason
-from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
+from .splits import with_kv_splits
 
 SOURCE = Path(__file__).parent / "cuda" / "verify_mma.cu"
 PAGE_SIZES = (16, 32, 64)
@@ -82,14 +82,14 @@ def default_config(shape: ProblemShape) -> dict:
     return dict(DEFAULT_CONFIGS["sm_120" if major >= 12 else "sm_90"])
 
 
+def split_rule(config: dict) -> dict:
+    """How kv_splits = 0 is chosen (``splits.choose_kv_splits``'s options): the default power of two."""
+    return {}
+
+
 def complete_config(config: dict, shape: ProblemShape) -> dict:
     check_config(config_problems(config), smem_bytes(config), shape)
-    if not config["kv_splits"]:
-        count = sm_count(shape.device)
-        config = {**config, "kv_splits": choose_kv_splits(shape, 16 * config["WARPS_M"], config["BLOCK_N"], count)}
-    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
-        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
-    return config
+    return with_kv_splits(config, shape, 16 * config["WARPS_M"], **split_rule(config))
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
@@ -139,7 +139,7 @@ def tile_work(config: dict) -> dict:
     """What one CTA does per KV tile, for performance models (harness/predict): mma.sync m16n8k16
     count, bytes through the shared-memory pipe (each warp's ldmatrix of Q and K for S, of P and V
     for P V; P's staging writes; the tile's cp.async writes), CTA barriers, resident warps, and the
-    kv_splits rule of ``complete_config`` (a power of two filling every SM CTAS_PER_SM times)."""
+    kv_splits rule (``split_rule``)."""
     rows, block_n = 16 * config["WARPS_M"], config["BLOCK_N"]
     warps = config["WARPS_M"] * config["WARPS_N"]
     s_cols, o_cols = block_n // config["WARPS_N"], V_DIM // config["WARPS_N"]
@@ -147,7 +147,7 @@ def tile_work(config: dict) -> dict:
     pv = warps * (block_n // 16) * (512 + o_cols * 32)
     return {"rows": rows, "block_n": block_n, "mma": rows * block_n * (HEAD_DIM + V_DIM) * 2 // 4096,
             "smem_bytes": qk + pv + rows * block_n * 2 + block_n * HEAD_DIM * 2,
-            "barriers": 3 + (config["WARPS_N"] > 1), "warps": warps, "splits_one_wave": False}
+            "barriers": 3 + (config["WARPS_N"] > 1), "warps": warps, "split_rule": split_rule(config)}
 
 
 def kernel_specs(config: dict):

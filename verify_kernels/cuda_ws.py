@@ -33,7 +33,7 @@ import torch
 from .contract import ProblemShape
 from .cupy_launch import check_config, compiled_functions, external_stream, unsupported_cuda_reason
 from .split_combine import launch_combine, partial_buffers
-from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
+from .splits import with_kv_splits
 
 SOURCE = Path(__file__).parent / "cuda" / "verify_ws.cu"
 PAGE_SIZES = (16, 32, 64)
@@ -131,16 +131,15 @@ def default_config(shape: ProblemShape) -> dict:
     return dict(DEFAULT_CONFIGS["sm_120" if major >= 10 else "sm_90"])
 
 
+def split_rule(config: dict) -> dict:
+    """How kv_splits = 0 is chosen (``splits.choose_kv_splits``'s options): MIN_BLOCKS CTAs per SM
+    (registers are capped for that many), the most splits of one wave."""
+    return {"ctas_per_sm": config["MIN_BLOCKS"], "one_wave": True}
+
+
 def complete_config(config: dict, shape: ProblemShape) -> dict:
     check_config(config_problems(config), smem_bytes(config), shape)
-    if not config["kv_splits"]:
-        # MIN_BLOCKS CTAs per SM (registers are capped for that many): the most splits of one wave.
-        splits = choose_kv_splits(shape, rows_per_cta(config), config["BLOCK_N"], sm_count(shape.device),
-                                  ctas_per_sm=config["MIN_BLOCKS"], one_wave=True)
-        config = {**config, "kv_splits": splits}
-    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
-        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
-    return config
+    return with_kv_splits(config, shape, rows_per_cta(config), **split_rule(config))
 
 
 @lru_cache(maxsize=None)
@@ -188,8 +187,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
 def tile_work(config: dict) -> dict:
     """What one CTA does per KV tile, for performance models: mma.sync m16n8k16 count, bytes through
     the shared-memory pipe (ldmatrix reads, the bulk copy's writes, P or the partial-S exchange),
-    barriers, the warps the CTA keeps resident, and the kv_splits rule of ``complete_config`` (one
-    wave of MIN_BLOCKS CTAs per SM)."""
+    barriers, the warps the CTA keeps resident, and the kv_splits rule (``split_rule``)."""
     rows, block_n = rows_per_cta(config), config["BLOCK_N"]
     warps_n, row_tiles, split_k = config["WARPS_N"], config["ROW_TILES"], config["SPLIT_K"]
     consumers = config["WARPS_M"] * warps_n
@@ -200,7 +198,7 @@ def tile_work(config: dict) -> dict:
     staging = consumers * row_tiles * 16 * block_n * 4 * warps_n if split_k else 2 * 2 * rows * block_n
     return {"rows": rows, "block_n": block_n, "mma": rows * block_n * (HEAD_DIM + V_DIM) * 2 // 4096,
             "smem_bytes": qk + pv + staging + block_n * HEAD_DIM * 2, "barriers": 2,
-            "warps": consumers + config["PRODUCER"], "splits_one_wave": True}
+            "warps": consumers + config["PRODUCER"], "split_rule": split_rule(config)}
 
 
 def offline_arch_problem(arch: str) -> str | None:

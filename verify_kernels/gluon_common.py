@@ -10,7 +10,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import tma as hopper_tma
 
 from .contract import ProblemShape
-from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
+from .splits import with_kv_splits
 
 CPU_INTERPRETABLE = False  # no CPU interpreter for Gluon: the CPU suite compiles for sm_90
 PAGE_SIZES = (16, 32, 64)
@@ -64,11 +64,5 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
     """Check BLOCK_N and fill ``kv_splits`` = 0 (auto) from shapes alone."""
     if config["BLOCK_N"] not in BLOCK_N_CHOICES:
         raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
-    if not config["kv_splits"]:
-        # One CTA per SM (224 KB of shared memory at BLOCK_N 64): as many splits as fill one wave.
-        splits = choose_kv_splits(shape, BLOCK_M, config["BLOCK_N"], sm_count(shape.device), ctas_per_sm=1,
-                                  one_wave=True)
-        config = {**config, "kv_splits": splits}
-    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
-        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
-    return config
+    # One CTA per SM (224 KB of shared memory at BLOCK_N 64): as many splits as fill one wave.
+    return with_kv_splits(config, shape, BLOCK_M, ctas_per_sm=1, one_wave=True)

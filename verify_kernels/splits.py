@@ -44,6 +44,19 @@ def choose_kv_splits(shape: ProblemShape, rows_per_cta: int, block_n: int, sms: 
                          ctas_per_sm=ctas_per_sm, one_wave=one_wave)
 
 
+def with_kv_splits(config: dict, shape: ProblemShape, rows_per_cta: int, *, ctas_per_sm: int = CTAS_PER_SM,
+                   one_wave: bool = False) -> dict:
+    """``config`` with ``kv_splits`` = 0 (auto) filled by ``choose_kv_splits`` for this device (its
+    BLOCK_N, the kernel's rows per CTA and split rule), then checked to be 1..MAX_KV_SPLITS."""
+    if not config["kv_splits"]:
+        splits = choose_kv_splits(shape, rows_per_cta, config["BLOCK_N"], sm_count(shape.device),
+                                  ctas_per_sm=ctas_per_sm, one_wave=one_wave)
+        config = {**config, "kv_splits": splits}
+    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
+        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
+    return config
+
+
 def kv_splits_for(capacity: int, rows: int, batch: int, rows_per_cta: int, block_n: int, sms: int, *,
                   ctas_per_sm: int = CTAS_PER_SM, one_wave: bool = False) -> int:
     """``choose_kv_splits`` on plain numbers (capacity = max_pages x page_size), for models of a launch."""

@@ -31,7 +31,7 @@ import triton.language as tl
 from . import triton_common
 from .contract import ProblemShape
 from .split_combine import launch_combine, partial_buffers
-from .splits import MAX_KV_SPLITS, choose_kv_splits, sm_count
+from .splits import with_kv_splits
 from .triton_dot import dot
 
 # Runs on the CPU through the Triton interpreter (the CPU test suite).
@@ -179,15 +179,10 @@ def unsupported_reason(shape: ProblemShape) -> str | None:
 
 def complete_config(config: dict, shape: ProblemShape) -> dict:
     """Check the tiles against the shape and fill ``kv_splits`` = 0 (auto) from shapes alone."""
-    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
     for key in ("BLOCK_M", "BLOCK_N"):
         if not (triton_common.is_power_of_two(config[key]) and config[key] >= 16):
             raise ValueError(f"config: {key} must be a power of two >= 16, got {config[key]}")
-    if not config["kv_splits"]:
-        config = {**config, "kv_splits": choose_kv_splits(shape, block_m, block_n, sm_count(shape.device))}
-    if not 1 <= config["kv_splits"] <= MAX_KV_SPLITS:
-        raise ValueError(f"config: kv_splits must be 0 (auto) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
-    return config
+    return with_kv_splits(config, shape, config["BLOCK_M"])
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):

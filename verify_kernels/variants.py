@@ -72,6 +72,19 @@ def load_variant(name: str) -> ModuleType:
     return importlib.import_module(VARIANTS[name])
 
 
+def load_variant_file(path) -> ModuleType:
+    """A variant module kept as a file (an earlier version of a kernel, an experiment's patched one),
+    loaded as a sibling of this package's modules so its relative imports work."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"{__package__}._file_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def resolve_config(name: str, module: ModuleType, config: dict | None, shape) -> dict:
     """The variant's defaults for ``shape`` overridden by ``config``, then checked and completed.
 

@@ -21,7 +21,7 @@ from verify_kernels import make_problem, verify_attention
 
 from harness.bench.cases import DTYPES, Case
 from harness.bench.sweep import BenchPoint, implementation_call
-from harness.measure.counters import NVTX_RANGE
+from harness.measure.counters import replay_profiled
 
 
 def case_call(spec: dict):
@@ -44,12 +44,7 @@ def main(argument: str) -> int:
                                batch=point.batch, tree=point.tree, dtype=getattr(torch, point.dtype), device="cuda",
                                seed=seed)
         call, _ = implementation_call(point, problem)
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push(NVTX_RANGE)
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_pop()
+    replay_profiled(call)
     return 0
 
 

@@ -12,7 +12,7 @@ import torch
 
 from harness.decode.run import build_model, build_setup, make_prompt
 from harness.decode.target_runner import TargetRunner
-from harness.measure.counters import NVTX_RANGE
+from harness.measure.counters import replay_profiled
 
 
 def main(argument: str) -> int:
@@ -28,12 +28,7 @@ def main(argument: str) -> int:
     runner = TargetRunner(setup.model, setup.cache, attention=s["variant"], use_graphs=True)
     setup.cache.reserve(setup.start_len + s["budget"])
     bucket = runner.warm(s["budget"])
-    runner.run(bucket)
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push(NVTX_RANGE)
-    runner.run(bucket)
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_pop()
+    replay_profiled(lambda: runner.run(bucket))
     return 0
 
 

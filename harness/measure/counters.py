@@ -42,6 +42,19 @@ STALL_METRICS = {reason: f"smsp__average_warps_issue_stalled_{reason}_per_issue_
 SUMMED = ("duration_ns", "dram_bytes")
 
 
+def replay_profiled(call) -> None:
+    """In a profiling target: run ``call`` once to warm up, then once inside the NVTX range that
+    ``ncu_command`` profiles, each finished before the next step."""
+    import torch
+
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(NVTX_RANGE)
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+
+
 def ncu_command(argv: list[str], metrics: list[str], ncu: str = "ncu", *, whole_graphs: bool = False) -> list[str]:
     """The ncu invocation: clocks left alone, only the NVTX range's kernels, raw CSV to stdout.
     ``whole_graphs``: a CUDA graph launched in the range is one profiled result (all its kernels

@@ -14,3 +14,8 @@ from pathlib import Path
 def results_dir() -> Path:
     """The results folder: ``$VK_RESULTS_DIR``, else ``./results``."""
     return Path(os.environ.get("VK_RESULTS_DIR") or "results")
+
+
+def default_optuna_storage() -> str:
+    """Where ``vk tune`` keeps its studies (and ``vk predict-fit --study`` reads them) by default."""
+    return f"sqlite:///{results_dir() / 'tuned' / 'optuna.db'}"

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from harness.arguments import int_in, int_list_in, json_dict
+from harness.measure.paths import default_optuna_storage
 
 PARAMS_DIR = Path(__file__).parent / "params"
 
@@ -170,7 +171,7 @@ def add_commands(sub) -> None:
     fit = sub.add_parser("predict-fit", help="fit the predictor on records, validate on held-out configs")
     fit.add_argument("--records", type=Path, nargs="+", help="bench JSONL files of one GPU")
     fit.add_argument("--study", help="or a vk tune study's name (e.g. an exhaustive one) in --storage")
-    fit.add_argument("--storage", default="sqlite:///results/tuned/optuna.db", help="the Optuna storage of --study")
+    fit.add_argument("--storage", default=default_optuna_storage(), help="the Optuna storage of --study")
     fit.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
     fit.add_argument("--fitted-on", default="sm_90", help="the arch spec of the GPU that measured the records")
     fit.add_argument("--predict-for", nargs="*", default=["sm_120"], help="archs whose search space to predict")

@@ -59,14 +59,9 @@ def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, hea
     rows = tree_nodes * heads
     sequence = prefix_len + tree_nodes
     capacity = (math.ceil(sequence / page_size) + 1) * page_size  # a spare logical page, as tables have
-    # The kernel's own choice for kv_splits=0, on ``arch``: one wave of MIN_BLOCKS CTAs per SM (cuda_ws), or
-    # the default rule's power of two (cuda_coalesced), as the variant's tile_work says.
-    if work["splits_one_wave"]:
-        rule = {"ctas_per_sm": config.get("MIN_BLOCKS", 1), "one_wave": True}
-    else:
-        rule = {}
+    # The kernel's own choice for kv_splits=0 (its split rule), on ``arch``.
     splits = config.get("kv_splits") or kv_splits_for(capacity, rows, batch, work["rows"], work["block_n"], arch.sms,
-                                                      **rule)
+                                                      **work["split_rule"])
     split_len = math.ceil(math.ceil(capacity / splits) / work["block_n"]) * work["block_n"]
     tiles = math.ceil(min(split_len, sequence) / work["block_n"])
     ctas = math.ceil(rows / work["rows"]) * splits * batch

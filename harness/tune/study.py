@@ -24,14 +24,14 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.measure.paths import results_dir
+from harness.measure.paths import default_optuna_storage, results_dir
 from harness.measure.environment import describe_environment, gpu_sku, source_hash
 from harness.static.space import Candidate, kernel_source_hash, load_space, static_feasibility
 from harness.static.space import candidates as search_candidates
 from harness.tune.trial_process import TrialProcess
 
 TUNED_DIR = results_dir() / "tuned"
-DEFAULT_STORAGE = f"sqlite:///{TUNED_DIR / 'optuna.db'}"
+DEFAULT_STORAGE = default_optuna_storage()
 
 
 class TrialFailed(RuntimeError):

@@ -169,7 +169,7 @@ def test_cuda_coalesced_tile_work_by_hand():
     pv = 4 * 2 * (512 + 256 * 32)      # per warp and k-step: P's fragment, V's 256 columns
     assert work == {"rows": 32, "block_n": 32, "mma": 32 * 32 * 1088 * 2 // 4096,
                     "smem_bytes": qk + pv + 32 * 32 * 2 + 32 * 1152, "barriers": 4, "warps": 4,
-                    "splits_one_wave": False}
+                    "split_rule": {}}
 
 
 def test_predict_uses_each_variants_split_rule():
