@@ -11,7 +11,8 @@ from harness.arguments import device_or_default, float_at_least, int_in, int_lis
 from harness.measure.paths import results_dir
 
 BENCH_DEFAULTS = {"prefix": [4096, 32768, 131072], "tree": [16, 64], "heads": [8], "page_size": [64],
-                  "batch": 1, "dtype": "bfloat16", "mode": "events", "rep_ms": 200.0, "repeat": 1}
+                  "batch": 1, "dtype": "bfloat16", "mode": "events", "rep_ms": 200.0, "repeat": 1,
+                  "tree_kind": ["random"]}
 
 
 def cmd_check(args) -> int:
@@ -81,15 +82,21 @@ def cmd_bench(args) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("vk bench: needs a CUDA GPU (timings on the CPU interpreter mean nothing)")
     from verify_kernels import VARIANTS
+    from verify_kernels.trees import TREE_GENERATORS
 
     settings = _bench_settings(args)
+    kinds = [settings["tree_kind"]] if isinstance(settings["tree_kind"], str) else list(settings["tree_kind"])
+    if not kinds or set(kinds) - set(TREE_GENERATORS):
+        raise SystemExit(f"vk bench: tree_kind: expected some of {sorted(TREE_GENERATORS)}, got {kinds}")
+    settings["tree_kind"] = kinds
     names = list(settings["variants"] or VARIANTS) + list(PEERS if settings["peers"] is None else settings["peers"])
     unknown = sorted(set(names) - set(VARIANTS) - set(PEERS))
     if unknown:
         raise SystemExit(f"vk bench: unknown variants or peers {unknown}; variants {sorted(VARIANTS)}, "
                          f"peers {sorted(PEERS)}")
     points = sweep_points(names, settings["prefix"], settings["tree"], settings["heads"], settings["page_size"],
-                          batch=settings["batch"], dtype=settings["dtype"], configs=settings["configs"])
+                          batch=settings["batch"], dtype=settings["dtype"], configs=settings["configs"],
+                          trees=settings["tree_kind"])
     out = args.out or results_dir() / "bench" / f"{gpu_sku()}.jsonl"
     results = run_sweep(points, out_path=out, mode=settings["mode"], rep_ms=settings["rep_ms"],
                         repeats=settings["repeat"], progress=not args.no_progress, proxy_for=settings["proxy_for"],
@@ -107,7 +114,8 @@ def cmd_report(args) -> int:
     if missing:
         raise SystemExit(f"vk report: inputs: no such file: {', '.join(missing)}")
     out = args.out or results_dir() / "report" / args.inputs[0].stem
-    markdown, images = write_report(args.inputs, out, args.title or f"Benchmarks: {args.inputs[0].stem}")
+    markdown, images = write_report(args.inputs, out, args.title or f"Benchmarks: {args.inputs[0].stem}",
+                                    peers=args.peers)
     print(markdown.read_text())
     print(f"wrote {markdown}" + (f" and {', '.join(str(i) for i in images)}" if images else ""))
     if not images:  # write_report leaves the figures out without matplotlib
@@ -138,6 +146,8 @@ def add_commands(sub) -> None:
     bench.add_argument("--prefix", type=int_list_in(0), help="prefix lengths L (default 4096,32768,131072)")
     bench.add_argument("--tree", type=int_list_in(1, 1024), help="tree sizes T (default 16,64)")
     bench.add_argument("--heads", type=int_list_in(1, 128), help="heads H (default 8)")
+    bench.add_argument("--tree-kind", nargs="+",
+                       help="tree shapes (default random; chain is what causal-only peers such as FlashMLA run)")
     bench.add_argument("--page-size", type=int_list_in(1), help="page sizes (default 64; triton_ps1 always 1)")
     bench.add_argument("--batch", type=int_in(1), help="requests per call (default 1)")
     bench.add_argument("--dtype", choices=["bfloat16", "float16"])
@@ -160,4 +170,7 @@ def add_commands(sub) -> None:
     report.add_argument("inputs", nargs="+", type=Path, help="bench JSONL files")
     report.add_argument("--out", type=Path, help="output prefix (default results/report/<first input stem>)")
     report.add_argument("--title", help="the report's heading (default: Benchmarks: <first input>)")
+    report.add_argument("--peers", action="store_true",
+                        help="add, per shape, the best of ours against the best peer (ratio, ahead or behind) and "
+                             "the portable race (FlashInfer fa2 beside our portable kernels)")
     report.set_defaults(func=cmd_report)

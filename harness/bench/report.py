@@ -52,13 +52,19 @@ def markdown_table(records: list[dict]) -> str:
         name = _implementation(record)
         if name not in columns:
             columns.append(name)
-        cells[(record["prefix_len"], record["tree_nodes"], record["heads"], record["batch"])][name] = record
+        cells[shape_key(record)][name] = record
     rows = []
-    for (length, nodes, heads, batch), by_name in sorted(cells.items()):
+    for (tree, length, nodes, heads, batch), by_name in sorted(cells.items()):
         floor = next((r.get("floor_ms") for r in by_name.values() if r.get("floor_ms")), None)
-        rows.append([f"{length:,}", nodes, heads, batch, f"{floor:.4f}" if floor else "-"]
+        rows.append([tree, f"{length:,}", nodes, heads, batch, f"{floor:.4f}" if floor else "-"]
                     + [_cell(by_name[name]) if name in by_name else "" for name in columns])
-    return tabulate(rows, headers=["L", "T", "H", "B", "floor ms"] + columns, tablefmt="github")
+    return tabulate(rows, headers=["tree", "L", "T", "H", "B", "floor ms"] + columns, tablefmt="github")
+
+
+def shape_key(record: dict) -> tuple:
+    """(tree kind, L, T, H, B): the problem a bench record timed (page size aside)."""
+    return (record.get("tree", "random"), record["prefix_len"], record["tree_nodes"], record["heads"],
+            record["batch"])
 
 
 def conditions(records: list[dict]) -> str:
@@ -155,8 +161,9 @@ def plot(records: list[dict], out_prefix: Path) -> list[Path]:
     return written
 
 
-def write_report(paths: list[Path], out_prefix: Path, title: str) -> tuple[Path, list[Path]]:
-    """Write <prefix>.md and the plots; return their paths."""
+def write_report(paths: list[Path], out_prefix: Path, title: str, peers: bool = False) -> tuple[Path, list[Path]]:
+    """Write <prefix>.md and the plots; return their paths. ``peers``: add the ahead-or-behind table
+    and the portable race (harness.bench.peers_report)."""
     records = load_bench_records(paths)
     out_prefix.parent.mkdir(parents=True, exist_ok=True)
     # matplotlib is the `plot` extra: without it the table is written without the figures.
@@ -169,6 +176,10 @@ def write_report(paths: list[Path], out_prefix: Path, title: str) -> tuple[Path,
     if counted:
         lines += ["Hardware counters (one ncu-profiled replay per row, never the timed one; power and memory-"
                   "controller utilisation sampled by NVML over the row's timing):", "", counted, ""]
+    if peers:
+        from harness.bench.peers_report import peers_sections
+
+        lines += peers_sections(records)
     lines += [f"![{image.stem.rsplit('-', 1)[-1]}]({image.name})\n" for image in images]
     lines += ["Reproduce: " + "; ".join(sorted({f"`{r['command']}`" for r in records})), ""]
     markdown = out_prefix.with_suffix(".md")

@@ -12,6 +12,7 @@ row also gets ``counters``: one profiled replay under ncu in a separate process
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import sys
@@ -63,14 +64,15 @@ def _applies(variant: str, config: dict) -> bool:
 
 def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[int], heads: list[int],
                  page_sizes: list[int], batch: int = 1, dtype: str = "bfloat16",
-                 configs: list[dict] | None = None) -> list[BenchPoint]:
-    """Every combination; each config override applies to the variants whose tunables it names."""
+                 configs: list[dict] | None = None, trees: list[str] = ("random",)) -> list[BenchPoint]:
+    """Every combination; each config override applies to the variants whose tunables it names.
+    ``trees``: tree kinds (verify_kernels.trees.TREE_GENERATORS); "chain" is what causal-only peers run."""
     points = []
-    for length, nodes, head_count, page_size, variant, config in itertools.product(
-            prefix_lens, tree_sizes, heads, page_sizes, variants, configs or [{}]):
+    for tree, length, nodes, head_count, page_size, variant, config in itertools.product(
+            trees, prefix_lens, tree_sizes, heads, page_sizes, variants, configs or [{}]):
         config = config if _applies(variant, config) else {}
         point = BenchPoint(variant, length, nodes, head_count, page_size_for(variant, page_size), batch, dtype,
-                           config=tuple(sorted(config.items())))
+                           tree=tree, config=tuple(sorted(config.items())))
         if point not in points:
             points.append(point)
     return points
@@ -102,6 +104,14 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
     try:
         call, payload["resolved_config"] = implementation_call(point, problem)
         output = call()
+        if implementation == "peer" and not bool(torch.isfinite(output).all()):
+            # A peer that reads the NaN in unused pool slots (or in the spare pages stale table
+            # entries point at) is checked and timed on the same rows with those slots zeroed.
+            problem = dataclasses.replace(problem, kv_cache=torch.nan_to_num(problem.kv_cache, nan=0.0))
+            call, _ = implementation_call(point, problem)
+            output = call()
+            payload["unused_slots"] = ("zeroed: on the pool with NaN in unused slots its output was not finite "
+                                       "(it reads slots past the sequence)")
         rel_error = float((output.double() - reference.double()).norm() / reference.double().norm())
         payload["rel_error"] = rel_error
         if not rel_error <= TOLERANCE[problem.q.dtype]:
@@ -109,8 +119,7 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
             return payload
         del output
         with PowerSampler() as power:
-            results = [timing.time_graph(call) if mode == "graph" else timing.time_events(call, rep_ms=rep_ms)
-                       for _ in range(repeats)]
+            results = [_time(call, mode, rep_ms, payload) for _ in range(repeats)]
         payload["power"] = power.summary()
     except peers.PeerUnavailable as error:
         payload.update(status="unavailable", reason=str(error))
@@ -136,6 +145,23 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
         payload.update(repeat_medians_ms=medians, repeat_iqrs_ms=[r.iqr_ms for r in results],
                        repeat_agrees=max(medians) - min(medians) <= max(r.iqr_ms for r in results))
     return payload
+
+
+def _time(call, mode: str, rep_ms: float, payload: dict) -> timing.Timing:
+    """Graph replay when asked and the call can be captured, else CUDA events; the payload's
+    ``timing_mode`` says which, and ``graph_error`` why a peer's capture failed."""
+    if mode == "graph" and getattr(call, "graph_safe", True):
+        try:
+            result = timing.time_graph(call, budget_ms=rep_ms)
+            payload["timing_mode"] = "graph"
+            return result
+        except Exception as error:  # a peer that cannot be captured is timed with events instead
+            if payload.get("implementation") != "peer":
+                raise
+            torch.cuda.synchronize()
+            payload["graph_error"] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:300]}"
+    payload["timing_mode"] = "events"
+    return timing.time_events(call, rep_ms=rep_ms)
 
 
 def counters_argv(point: BenchPoint, seed: int) -> list[str]:

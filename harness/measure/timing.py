@@ -112,10 +112,12 @@ def time_events(fn: Callable[[], object], *, warmup_ms: float = 25.0, rep_ms: fl
 
 
 def time_graph(fn: Callable[[], object], *, calls_per_graph: int = 20, replays: int = 30,
-               flush: bool = True, read_state: bool = True) -> Timing:
+               flush: bool = True, read_state: bool = True, budget_ms: float | None = None) -> Timing:
     """Per-call time from CUDA-graph replays of (flush, fn) x calls_per_graph, minus flushes alone.
 
-    ``fn`` must be capturable: no host sync, no allocation (pass preallocated outputs).
+    ``fn`` must be capturable: no host sync (pass preallocated outputs where it can).
+    ``budget_ms``: cap the timed calls near this much GPU time for slow calls, from one call timed
+    after warm-up: calls_per_graph and replays shrink (to at least 2 and 5), never grow.
     """
     clock = CudaClock()
     state_before = gpu_state() if read_state else None
@@ -126,6 +128,15 @@ def time_graph(fn: Callable[[], object], *, calls_per_graph: int = 20, replays: 
             fn()
     torch.cuda.current_stream().wait_stream(stream)
     clock.synchronize()
+    if budget_ms is not None:
+        begin, finish = clock.event(), clock.event()
+        begin.record()
+        fn()
+        finish.record()
+        finish.synchronize()
+        calls = _repetitions(budget_ms, begin.elapsed_time(finish), 10, calls_per_graph * replays)
+        calls_per_graph = max(2, min(calls_per_graph, calls // 5))
+        replays = max(5, min(replays, calls // calls_per_graph))
 
     def capture(body) -> torch.cuda.CUDAGraph:
         graph = torch.cuda.CUDAGraph()

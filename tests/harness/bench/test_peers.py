@@ -1,6 +1,8 @@
-"""Peers beside our variants: the SDPA peer against the oracle, a missing peer's reason."""
+"""Peers beside our variants: each causal peer is handed our problem (checked through a model of its
+semantics on its own arguments), a peer that cannot run says why, and vk report --peers."""
 
 import pytest
+import torch
 
 from conftest import DEVICE
 
@@ -15,9 +17,131 @@ def test_sdpa_peer_matches_oracle():
     assert float((out.double() - reference.double()).norm() / reference.double().norm()) < 1e-2
 
 
-def test_flashinfer_peer_says_why_it_is_unavailable():
+def _relative(a, b) -> float:
+    a, b = a.double().reshape(b.shape), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("page_size", [64, 16, 1])
+@pytest.mark.parametrize("peer", ["flash_mla", "flashinfer"])
+def test_each_causal_peer_is_handed_our_chain_problem(peer, page_size):
+    """On a chain tree the peer's arguments, read the way the peer reads them (causal over s_q = T
+    after kv_len - T keys), give the oracle's output; on a random tree they do not, so a layout or
+    causal-offset slip in the adapter fails here."""
+    from harness.bench.peers import flash_mla, flashinfer_mla
+    from verify_kernels import make_problem, reference_attention
+
+    def peer_output(problem):
+        if peer == "flash_mla":
+            return flash_mla.causal_paged_reference(**flash_mla.inputs(problem))
+        return flashinfer_mla.causal_paged_reference(flashinfer_mla.inputs(problem))
+
+    chain = make_problem([70, 133], 9, 3, page_size=page_size, tree="chain", seed=2)  # ragged, odd, NaN slots
+    assert _relative(peer_output(chain), reference_attention(*chain.arguments(), **chain.kwargs())) < 1e-6
+    bushy = make_problem([70, 133], 9, 3, page_size=page_size, tree="random", seed=2)
+    assert _relative(peer_output(bushy), reference_attention(*bushy.arguments(), **bushy.kwargs())) > 1e-3
+
+
+def test_peer_inputs_are_views_of_our_pool():
+    """The peers read our pool in place (same memory, same rows), not a copy laid out for them."""
+    from harness.bench.peers import flash_mla, flashinfer_mla
+    from verify_kernels import make_problem
+
+    problem = make_problem([100], 16, 8, page_size=64, tree="chain", seed=3)
+    assert flash_mla.inputs(problem)["k_cache"].data_ptr() == problem.kv_cache.data_ptr()
+    arguments = flashinfer_mla.inputs(problem)
+    assert arguments["ckv_cache"].data_ptr() == problem.kv_cache.data_ptr()
+    assert arguments["kpe_cache"].data_ptr() == problem.kv_cache.data_ptr() + 512 * problem.kv_cache.element_size()
+    assert arguments["kv_indptr"].tolist() == [0, 2] and arguments["kv_len_arr"].tolist() == [116]
+
+
+def test_is_causal_tells_chains_from_trees():
+    from harness.bench.peers import is_causal
+    from verify_kernels import make_problem
+
+    assert is_causal(make_problem([10, 20], 7, 1, tree="chain"))
+    assert not is_causal(make_problem([10, 20], 7, 1, tree="star"))
+    assert not is_causal(make_problem([10], 7, 1, tree="random", seed=4))
+
+
+@pytest.mark.parametrize("name", ["flash_mla", "flashinfer_fa2", "flashinfer_fa3"])
+def test_a_causal_peer_says_why_it_cannot_run(name):
     from harness.bench.peers import PEERS, PeerUnavailable
     from verify_kernels import make_problem
 
-    with pytest.raises(PeerUnavailable, match="flashinfer"):
-        PEERS["flashinfer"](make_problem([5], 3, 1, page_size=16))
+    with pytest.raises(PeerUnavailable, match="takes no tree mask"):
+        PEERS[name](make_problem([70], 9, 2, tree="random", seed=1))
+    with pytest.raises(PeerUnavailable, match="Dqk 576"):
+        PEERS[name](make_problem([70], 9, 2, tree="chain", head_dim=192, v_dim=128))
+    if name == "flash_mla":
+        with pytest.raises(PeerUnavailable, match="page size must be 64"):
+            PEERS[name](make_problem([70], 9, 2, tree="chain", page_size=16))
+    if not torch.cuda.is_available():
+        with pytest.raises(PeerUnavailable, match="needs a CUDA GPU"):
+            PEERS[name](make_problem([70], 9, 2, tree="chain"))
+
+
+@pytest.mark.parametrize("name, module", [("flash_mla", "flash_mla"), ("flashinfer_fa2", "flashinfer_mla")])
+def test_a_peer_that_is_not_installed_gives_a_row_with_its_reason(name, module, monkeypatch):
+    """Not installed: the bench row says so (status unavailable), nothing crashes."""
+    import importlib
+
+    from harness.bench import peers, sweep
+    from verify_kernels import make_problem, reference_attention
+
+    peer_module = importlib.import_module(f"harness.bench.peers.{module}")
+    monkeypatch.setattr(peer_module, "require_cuda_arch", lambda *args: None)
+
+    def missing(package):
+        raise ImportError(f"No module named {package!r}")
+
+    monkeypatch.setattr(peer_module.importlib, "import_module", missing)
+    problem = make_problem([70], 9, 2, tree="chain", seed=1)
+    point = sweep.BenchPoint(name, 70, 9, 2, 64, tree="chain")
+    row = sweep.bench_point(point, problem, reference_attention(*problem.arguments(), **problem.kwargs()),
+                            None, mode="graph", rep_ms=10)
+    assert row["status"] == "unavailable" and "not installed" in row["reason"]
+    assert row["implementation"] == "peer" and name in peers.PEERS
+
+
+def test_flex_failure_cache_keys_on_the_whole_shape():
+    """A failure at one prefix length must not skip FlexAttention at another (it once did)."""
+    from harness.bench.peers.torch_peers import flex_shape_key
+    from verify_kernels import make_problem
+
+    short, long = make_problem([4096], 16, 8), make_problem([32768], 16, 8)
+    assert flex_shape_key(short) != flex_shape_key(long)
+    assert flex_shape_key(short) == flex_shape_key(short.with_page_size(16))
+
+
+def test_sweep_points_cover_tree_kinds():
+    from harness.bench.sweep import sweep_points
+
+    points = sweep_points(["flash_mla", "sdpa_gathered"], [4096], [16], [8], [64], trees=["chain", "random"])
+    assert {(p.variant, p.tree) for p in points} == {(v, t) for v in ("flash_mla", "sdpa_gathered")
+                                                      for t in ("chain", "random")}
+
+
+def _row(variant, median, implementation, tree="chain", length=4096, heads=8, status="ok"):
+    return {"kind": "bench", "variant": variant, "implementation": implementation, "prefix_len": length,
+            "tree_nodes": 64, "heads": heads, "batch": 1, "page_size": 64, "tree": tree, "status": status,
+            "median_ms": median if status == "ok" else None, "pct_roofline": 50.0}
+
+
+def test_peers_report_says_ahead_or_behind_per_shape():
+    from harness.bench.peers_report import ahead_or_behind, peers_sections, portable_race
+
+    records = [_row("gluon_wgmma_ws", 0.10, "variant"), _row("cuda_ws", 0.30, "variant"),
+               _row("flash_mla", 0.08, "peer"), _row("flashinfer_fa2", 0.40, "peer"),
+               _row("gluon_wgmma_ws", 1.0, "variant", length=131072), _row("flash_mla", 1.5, "peer", length=131072),
+               _row("flashinfer_fa3", 0.01, "peer", length=131072, status="wrong"),   # never competes
+               _row("cuda_ws", 1.0, "variant", tree="random"), _row("sdpa_gathered", 9.0, "peer", tree="random")]
+    rows = {(r["shape"][0], r["shape"][1]): r for r in ahead_or_behind(records)}
+    assert rows[("chain", 4096)]["verdict"] == "behind" and rows[("chain", 4096)]["ratio"] == pytest.approx(0.8)
+    assert rows[("chain", 131072)]["verdict"] == "ahead" and rows[("chain", 131072)]["peer"]["variant"] == "flash_mla"
+    assert rows[("random", 4096)]["ratio"] == pytest.approx(9.0)
+    race = portable_race(records)
+    assert len(race) == 1 and race[0]["ours"]["variant"] == "cuda_ws" and race[0]["ratio"] == pytest.approx(4 / 3)
+    text = "\n".join(peers_sections(records))
+    assert "Ahead at 2 of 3 shapes, behind at 1" in text and "flash_mla, x0.80" in text
+    assert "The portable race" in text

@@ -1,21 +1,13 @@
-"""Peers timed beside the variants: what a serving stack could use instead of a dedicated kernel.
-
-A peer is not a variant: it does not honour the contract's no-allocation, graph-safe rules, and it
-is never dispatched to. Each factory takes a VerifyProblem and returns a callable producing
-[B, T, H, v_dim]; a factory raises PeerUnavailable (with the reason) when the peer cannot run the
-problem here, and the bench records that reason as the row.
+"""PyTorch's own attention as peers: they take any tree mask, over rows gathered from the pool.
 
 - ``sdpa_gathered``: per request, gather the KV rows through the block table (timed: that is what
   such a stack does), build the dense visibility mask, and call
   ``torch.nn.functional.scaled_dot_product_attention`` with the single latent head broadcast.
 - ``flex_attention``: PyTorch FlexAttention on the gathered rows with a block mask built from the
   prefix length and the ancestor bitmask (compiled once per problem).
-- ``flashinfer``: recorded as unavailable unless the package imports.
 """
 
 from __future__ import annotations
-
-import importlib.util
 
 import torch
 import torch.nn.functional as F
@@ -23,9 +15,7 @@ import torch.nn.functional as F
 from verify_kernels import trees
 from verify_kernels.paging import flat_slots
 
-
-class PeerUnavailable(RuntimeError):
-    """This peer cannot run the problem on this machine; the message says why."""
+from harness.bench.peers.base import PeerUnavailable
 
 
 def _gather_positions(problem, request: int) -> torch.Tensor:
@@ -65,17 +55,24 @@ def sdpa_gathered(problem):
     return call
 
 
-# (Dqk, v_dim, dtype, T, H) -> the reason FlexAttention failed: compiling again for every prefix
-# length of a sweep costs minutes and fails the same way. (Keyed by T and H too: on an H200 it
-# compiled at T = 16 and 64 and ran out of shared memory at T = 256.)
+# Shape -> the reason FlexAttention failed there, so the same shape at another page size is not
+# compiled again. Keyed by the whole shape (L, T, H, tree, dims): a failure at one prefix length
+# says nothing about another (the key once left L out, and FlexAttention was then never run at
+# L >= 32768 after failing at 4096).
 _FLEX_FAILURES: dict[tuple, str] = {}
 
 
+def flex_shape_key(problem) -> tuple:
+    """The failure cache's key: prefix lengths, T, H, Dqk, v_dim, dtype and tree kind."""
+    return (tuple(problem.prefix_lens.tolist()), *problem.q.shape[1:], problem.v_dim, problem.q.dtype,
+            problem.tree_kind)
+
+
 def flex_attention(problem):
-    dims = (problem.q.shape[-1], problem.v_dim, problem.q.dtype, problem.q.shape[1], problem.q.shape[2])
+    dims = flex_shape_key(problem)
     if dims in _FLEX_FAILURES:
-        raise PeerUnavailable(_FLEX_FAILURES[dims] + " (not compiled again: this T, H and dims failed earlier "
-                              "in this run)")
+        raise PeerUnavailable(_FLEX_FAILURES[dims] + " (not compiled again: this shape failed earlier in this "
+                              "run at another page size)")
     try:
         from torch.nn.attention.flex_attention import create_block_mask
         from torch.nn.attention.flex_attention import flex_attention as flex
@@ -94,6 +91,7 @@ def flex_attention(problem):
         tree_col = (kv_idx - prefix_len).clamp(min=0)
         return (kv_idx < prefix_len) | ancestor[q_idx, tree_col]
 
+    torch._dynamo.reset()  # one compile per shape; a sweep would otherwise hit dynamo's recompile limit
     compiled = torch.compile(flex, dynamic=False)
     try:
         block_mask = create_block_mask(mask_mod, None, None, nodes, keys, device=device)
@@ -112,15 +110,3 @@ def flex_attention(problem):
         raise PeerUnavailable(reason) from None
     return call
 
-
-def flashinfer(problem):
-    if importlib.util.find_spec("flashinfer") is None:
-        raise PeerUnavailable("flashinfer is not installed on this machine")
-    raise PeerUnavailable("flashinfer is importable but its tree-mask MLA wiring is not written yet")
-
-
-PEERS = {
-    "sdpa_gathered": sdpa_gathered,
-    "flex_attention": flex_attention,
-    "flashinfer": flashinfer,
-}
