@@ -33,7 +33,7 @@ for step in "$@"; do
     build) { bash scripts/build_flash_mla.sh build "$OUT"; echo "rc $?"; } > "$OUT/flash_mla-build.log" 2>&1 & ;;
     smoke) timeout -k 10 "$(left)" python3 -m harness bench --no-progress --variants cuda_ws \
              --peers flash_mla flashinfer_fa2 flashinfer_fa3 sdpa_gathered --tree-kind chain --prefix 4100 \
-             --tree 16 --heads 8 --mode graph --rep-ms 50 --out "$OUT/peers-smoke.jsonl" 2>&1 | tee "$OUT/smoke.txt"
+             --tree 16 --heads 8 --mode graph --rep-ms 50 --out "results/bench/peers-smoke-$sku.jsonl" 2>&1; pack
            save_jit ;;
     chain|random)
       sweep=harness/bench/sweeps/peers.yaml; [ $step = random ] && sweep=harness/bench/sweeps/peers-random.yaml
