@@ -17,6 +17,9 @@ case "${1:-}" in
     work=/tmp/flash_mla-build; rm -rf "$work"; mkdir -p "$work"
     tar -xJf .peers/flash_mla/FlashMLA-src.tar.xz -C "$work"
     cd "$work/FlashMLA"
+    # CUDA 13 keeps libcu++ (cuda/std/...) under include/cccl, which nvcc adds and g++ (api.cpp) does not.
+    cccl=$(dirname "$(command -v nvcc)")/../include/cccl
+    [ -d "$cccl" ] && export CPLUS_INCLUDE_PATH=$(realpath "$cccl")${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
     start=$(date +%s)
     FLASH_MLA_DISABLE_SM100=1 NVCC_THREADS=1 MAX_JOBS=${MAX_JOBS:-16} python3 setup.py build_ext --inplace
     echo "flash_mla built in $(( $(date +%s) - start )) s"

@@ -3,7 +3,7 @@
 # configs the sm_120 static model admits (shared memory <= 99 KB, registers, no spills) and times them
 # here, by graph replay; studies and winners live apart (results/tuned/<gpu>-proxy-sm_120.yaml,
 # records proxy_for: sm_120). Then the proxy winners beside the predicted sm_120 table, per key.
-# Needs optuna (wheels in .whl/). Usage (repository root):
+# Needs optuna (wheels in .whl/). PREFIX=... TREE=... narrow the keys. Usage (repository root):
 #   bash scripts/gpu_proxy_tune.sh [configs per study, default 9] [seconds, default 400]
 trials=${1:-9}
 deadline=$(( $(date +%s) + ${2:-400} ))
@@ -12,7 +12,7 @@ left() { local s=$(( deadline - $(date +%s) )); echo $(( s > 1 ? s : 1 )); }
 mkdir -p results/tuned results/predict
 table="results/tuned/$sku-proxy-sm_120.yaml"
 timeout -s INT -k 15 "$(left)" python3 -m harness tune --constrain-to sm_120 --variants "${VARIANTS:-cuda_ws}" \
-  --prefix 4096,32768,131072,185000 --tree 16,64,256 --heads 8 --trials "$trials" --timing graph --rep-ms 50 \
+  --prefix "${PREFIX:-4096,32768,131072,185000}" --tree "${TREE:-16,64,256}" --heads 8 --trials "$trials" --timing graph --rep-ms 50 \
   --trial-timeout 120 --storage sqlite:///results/tuned/optuna-proxy-sm_120.db --no-progress 2>&1 \
   | tee results/tuned/proxy-sm_120-tune.txt | tail -n 16
 python3 -m harness tuned --compare "$table" verify_kernels/tuned/predicted-sm_120.yaml \

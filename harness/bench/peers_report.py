@@ -12,11 +12,15 @@ from collections import defaultdict
 
 from tabulate import tabulate
 
-from harness.bench.report import shape_key
-
 # Our kernels that build for sm_120 as well as sm_90 (no wgmma, no TMA tensor maps).
 PORTABLE_VARIANTS = ("cuda_ws", "triton_splitkv", "cuda_coalesced")
 PORTABLE_PEER = "flashinfer_fa2"
+
+
+def shape_key(record: dict) -> tuple:
+    """(tree kind, L, T, H, B): the problem a bench record timed (page size aside)."""
+    return (record.get("tree", "random"), record["prefix_len"], record["tree_nodes"], record["heads"],
+            record["batch"])
 
 
 def _fastest_ok(records: list[dict]) -> dict[tuple, dict[str, dict]]:

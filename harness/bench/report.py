@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+from harness.bench.peers_report import peers_sections, shape_key
 from harness.measure.records import read_records
 
 
@@ -60,11 +61,6 @@ def markdown_table(records: list[dict]) -> str:
                     + [_cell(by_name[name]) if name in by_name else "" for name in columns])
     return tabulate(rows, headers=["tree", "L", "T", "H", "B", "floor ms"] + columns, tablefmt="github")
 
-
-def shape_key(record: dict) -> tuple:
-    """(tree kind, L, T, H, B): the problem a bench record timed (page size aside)."""
-    return (record.get("tree", "random"), record["prefix_len"], record["tree_nodes"], record["heads"],
-            record["batch"])
 
 
 def conditions(records: list[dict]) -> str:
@@ -177,8 +173,6 @@ def write_report(paths: list[Path], out_prefix: Path, title: str, peers: bool = 
         lines += ["Hardware counters (one ncu-profiled replay per row, never the timed one; power and memory-"
                   "controller utilisation sampled by NVML over the row's timing):", "", counted, ""]
     if peers:
-        from harness.bench.peers_report import peers_sections
-
         lines += peers_sections(records)
     lines += [f"![{image.stem.rsplit('-', 1)[-1]}]({image.name})\n" for image in images]
     lines += ["Reproduce: " + "; ".join(sorted({f"`{r['command']}`" for r in records})), ""]
