@@ -8,6 +8,7 @@
 #   smoke   one small chain problem through every peer and cuda_ws (compiles FlashInfer's kernels)
 #   chain   vk bench --sweep harness/bench/sweeps/peers.yaml          -> results/bench/peers-<gpu>.jsonl
 #   random  vk bench --sweep harness/bench/sweeps/peers-random.yaml   -> the same file
+#   page1   vk bench --sweep harness/bench/sweeps/peers-page1.yaml    -> the same file
 #   report  vk report --peers                                         -> results/report/peers-<gpu>.*
 #   wait    wait for the background build (a build started by an earlier invocation of this call too)
 # Usage (repository root): bash scripts/gpu_peers.sh SECONDS STEP...
@@ -35,8 +36,8 @@ for step in "$@"; do
              --peers flash_mla flashinfer_fa2 flashinfer_fa3 sdpa_gathered --tree-kind chain --prefix 4100 \
              --tree 16 --heads 8 --mode graph --rep-ms 50 --out "results/bench/peers-smoke-$sku.jsonl" 2>&1; pack
            save_jit ;;
-    chain|random)
-      sweep=harness/bench/sweeps/peers.yaml; [ $step = random ] && sweep=harness/bench/sweeps/peers-random.yaml
+    chain|random|page1)
+      sweep=harness/bench/sweeps/peers.yaml; [ $step = chain ] || sweep=harness/bench/sweeps/peers-$step.yaml
       timeout -s INT -k 15 "$(left)" python3 -m harness bench --no-progress --sweep $sweep --out "$records" \
         > "results/bench/peers-$step-$sku.txt" 2>&1
       tail -n 5 "results/bench/peers-$step-$sku.txt"; pack; save_jit ;;
