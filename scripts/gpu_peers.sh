@@ -38,8 +38,8 @@ for step in "$@"; do
            save_jit ;;
     chain|random|page1)
       sweep=harness/bench/sweeps/peers.yaml; [ $step = chain ] || sweep=harness/bench/sweeps/peers-$step.yaml
-      timeout -s INT -k 15 "$(left)" python3 -m harness bench --no-progress --sweep $sweep --out "$records" \
-        > "results/bench/peers-$step-$sku.txt" 2>&1
+      timeout -s INT -k 15 "$(left)" python3 -m harness bench --no-progress --resume --sweep $sweep --out "$records" \
+        >> "results/bench/peers-$step-$sku.txt" 2>&1
       tail -n 5 "results/bench/peers-$step-$sku.txt"; pack; save_jit ;;
     report) python3 -m harness report "$records" --peers --title "Peers side by side ($sku)" \
               --out "results/report/peers-$sku" > /dev/null 2>&1; pack

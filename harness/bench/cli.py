@@ -98,6 +98,14 @@ def cmd_bench(args) -> int:
                           batch=settings["batch"], dtype=settings["dtype"], configs=settings["configs"],
                           trees=settings["tree_kind"])
     out = args.out or results_dir() / "bench" / f"{gpu_sku()}.jsonl"
+    if args.resume and Path(out).exists():
+        from harness.bench.sweep import recorded_points
+        from harness.measure.records import read_records
+
+        done = recorded_points(read_records(out))
+        skipped = sum(point in done for point in points)
+        points = [point for point in points if point not in done]
+        print(f"vk bench: --resume: {skipped} points already in {out}, {len(points)} to run", file=sys.stderr)
     results = run_sweep(points, out_path=out, mode=settings["mode"], rep_ms=settings["rep_ms"],
                         repeats=settings["repeat"], progress=not args.no_progress, proxy_for=settings["proxy_for"],
                         counters=args.counters)
@@ -163,6 +171,8 @@ def add_commands(sub) -> None:
                             "tensor-pipe %%, DRAM %% and GB/s, L2 hit rate, shared-memory pipe %%, occupancy, "
                             "top stalls")
     bench.add_argument("--out", type=Path, help="JSONL file (default results/bench/<gpu>.jsonl)")
+    bench.add_argument("--resume", action="store_true",
+                       help="skip the points --out already holds a row for (a sweep cut short goes on where it stopped)")
     bench.add_argument("--no-progress", action="store_true")
     bench.set_defaults(func=cmd_bench)
 

@@ -78,6 +78,21 @@ def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[i
     return points
 
 
+def recorded_points(records: list[dict]) -> set[BenchPoint]:
+    """The points ``records`` already hold a row for (any status), for ``vk bench --resume``."""
+    done = set()
+    for record in records:
+        if record.get("kind") != "bench":
+            continue
+        fields = {name: record[name] for name in BenchPoint.__dataclass_fields__ if name in record}
+        fields["config"] = tuple(sorted((record.get("config") or {}).items()))
+        try:
+            done.add(BenchPoint(**fields))
+        except TypeError:  # a record from before a field existed: never matches a new point
+            continue
+    return done
+
+
 def implementation_call(point: BenchPoint, problem):
     """A no-argument callable returning the output, and the resolved config (variants only)."""
     if point.variant in peers.PEERS:

@@ -145,3 +145,21 @@ def test_peers_report_says_ahead_or_behind_per_shape():
     text = "\n".join(peers_sections(records))
     assert "Ahead at 2 of 3 shapes, behind at 1" in text and "flash_mla, x0.80" in text
     assert "The portable race" in text
+
+
+def test_resume_skips_the_points_a_file_already_holds(tmp_path):
+    """vk bench --resume: a sweep cut short goes on where it stopped (any status counts as done)."""
+    from dataclasses import asdict
+
+    from harness.bench.sweep import recorded_points, sweep_points
+    from harness.measure import records
+
+    points = sweep_points(["cuda_ws", "flash_mla"], [4096, 32768], [16], [8], [64], trees=["chain"],
+                          configs=[{"STAGES": 3}])
+    path = tmp_path / "bench.jsonl"
+    for point in points[:3]:
+        payload = {**asdict(point), "config": dict(point.config), "status": "unavailable", "reason": "x"}
+        records.append_records(path, [records.make_record("bench", payload)])
+    done = recorded_points(records.read_records(path))
+    assert [p for p in points if p not in done] == points[3:]
+    assert points[0].config == (("STAGES", 3),)
