@@ -11,7 +11,7 @@
 #   page1   vk bench --sweep harness/bench/sweeps/peers-page1.yaml    -> the same file
 #   report  vk report --peers                                         -> results/report/peers-<gpu>.*
 #   wait    wait for the background build (a build started by an earlier invocation of this call too)
-# Usage (repository root): bash scripts/gpu_peers.sh SECONDS STEP...
+# Usage (repository root): bash scripts/gpu_peers.sh SECONDS STEP[:SECONDS]...
 . scripts/gpu_env.sh
 export XZ_OPT=-T0
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
@@ -28,8 +28,11 @@ ls .peers/flash_mla/flash_mla-sm90.tar.xz.* >/dev/null 2>&1 && cat .peers/flash_
 save_jit() { rm -f "$OUT"/jit-cache.tar.xz.*; tar -cJf - -C $FLASHINFER_WORKSPACE_BASE .cache 2>/dev/null \
   | split -b 15m -d -a 1 - "$OUT/jit-cache.tar.xz."; }
 records="results/bench/peers-$sku.jsonl"; mkdir -p results/bench results/report
-for step in "$@"; do
-  echo "== $step ($(left) s left)"
+for item in "$@"; do
+  step=${item%%:*}; end=$deadline  # STEP:SECONDS caps one step
+  [ "$step" != "$item" ] && end=$(( $(date +%s) + ${item#*:} < deadline ? $(date +%s) + ${item#*:} : deadline ))
+  left() { local s=$(( end - $(date +%s) )); echo $(( s > 1 ? s : 1 )); }
+  echo "== $step ($(left) s)"
   case $step in
     build) { bash scripts/build_flash_mla.sh build "$OUT"; echo "rc $?"; } > "$OUT/flash_mla-build.log" 2>&1 & ;;
     smoke) timeout -k 10 "$(left)" python3 -m harness bench --no-progress --variants cuda_ws \
