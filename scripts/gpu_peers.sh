@@ -48,7 +48,9 @@ for item in "$@"; do
               --out "results/report/peers-$sku" > /dev/null 2>&1; pack
             sed -n '/## Ours against the peers/,$p' "results/report/peers-$sku.md" | head -n 80 ;;
     wait) while ! grep -q '^rc ' "$OUT/flash_mla-build.log" 2>/dev/null && [ "$(left)" -gt 2 ]; do sleep 2; done
-          tail -n 5 "$OUT/flash_mla-build.log" ;;
+          tail -n 5 "$OUT/flash_mla-build.log"
+          # Installed at once, so the steps after this one (chain) run it.
+          ls "$OUT"/flash_mla-sm90.tar.xz.* >/dev/null 2>&1 && cat "$OUT"/flash_mla-sm90.tar.xz.* | tar -xJ -C /tmp/site ;;
     *) echo "unknown step $step" >&2 ;;
   esac
 done
