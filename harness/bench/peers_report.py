@@ -98,9 +98,14 @@ def peers_sections(records: list[dict]) -> list[str]:
                   f"FlashInfer `{PORTABLE_PEER}` (what SGLang routes sm_120 MLA to) beside our kernels that also "
                   f"build for sm_120 ({', '.join(PORTABLE_VARIANTS)}); timed on this GPU, not on an sm_120 card. "
                   "Ratio = fa2 time / our best portable time.", ""]
-        table = [[*r["shape"], _who(r["peer"]),
+        table = [[*r["shape"], f"{r['peer']['median_ms']:.3f}",
                   *[f"{v['median_ms']:.3f}" if v else "-" for v in r["by_variant"].values()],
-                  f"{r['ratio']:.2f}" if r["ratio"] else "-"] for r in race]
-        lines += [tabulate(table, headers=["tree", "L", "T", "H", "B", PORTABLE_PEER, *PORTABLE_VARIANTS, "ratio"],
+                  f"{r['ratio']:.2f}" if r["ratio"] else "-",
+                  ("ahead" if r["ratio"] >= 1.0 else "behind") if r["ratio"] else ""] for r in race]
+        lines += [tabulate(table, headers=["tree", "L", "T", "H", "B", f"{PORTABLE_PEER} ms",
+                                           *[f"{name} ms" for name in PORTABLE_VARIANTS], "ratio", ""],
                            tablefmt="github"), ""]
+        behind = [r for r in race if r["ratio"] and r["ratio"] < 1.0]
+        lines += [f"Our best portable kernel is ahead of {PORTABLE_PEER} at {len(race) - len(behind)} of "
+                  f"{len(race)} shapes, behind at {len(behind)}.", ""]
     return lines

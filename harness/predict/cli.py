@@ -9,21 +9,7 @@ from pathlib import Path
 
 from harness.arguments import int_in, int_list_in, json_dict
 from harness.measure.paths import default_optuna_storage
-
-PARAMS_DIR = Path(__file__).parent / "params"
-
-
-def params_path(variant: str, fitted_on: str) -> Path:
-    return PARAMS_DIR / f"{variant}-{fitted_on}.yaml"
-
-
-def load_params(variant: str, fitted_on: str) -> dict:
-    import yaml
-
-    path = params_path(variant, fitted_on)
-    if not path.exists():
-        raise SystemExit(f"vk predict: no fitted parameters for {variant!r} on {fitted_on} ({path}); run vk predict-fit")
-    return yaml.safe_load(path.read_text())
+from harness.predict.fitted import PARAMS_DIR, load_params, params_path
 
 
 def check_records(records: list[Path], variant: str, arch_name: str, fitted_on: str) -> tuple[list[dict], dict]:

@@ -84,7 +84,8 @@ def write_predicted_table(records: list[dict], path: Path) -> None:
                       "l_bucket": bucket, "tree_nodes": record["tree_nodes"], "heads": record["heads"],
                       "page_size": record["page_size"], "predicted_ms": record["time_ms"], "bound": record["bound"],
                       "blocks_per_sm": record["blocks_per_sm"],
-                      "kernel_source_hash": kernel_source_hash(record["variant"])}
+                      "kernel_source_hash": kernel_source_hash(record["variant"]),
+                      "search": record.get("search", "every feasible config (vk predict-fit)")}
     path.write_text(yaml.safe_dump(table, sort_keys=True))
 
 

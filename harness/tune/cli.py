@@ -155,6 +155,11 @@ def add_commands(sub) -> None:
     tune.add_argument("--constrain-to", choices=["sm_120"],
                       help="proxy tuning: search only the configs this arch's static model admits, timed on this "
                            "GPU; studies and winners apart (results/tuned/<gpu>-proxy-<arch>.yaml, proxy_for: <arch>)")
+    tune.add_argument("--objective", choices=["measured", "predicted"], default="measured",
+                      help="measured (time each config on this GPU) or predicted: the predictor's time on --arch, "
+                           "no GPU; winners into results/predict/predicted-<arch>.yaml, predicted: true")
+    tune.add_argument("--fitted-on", default="sm_90", help="with --objective predicted: the arch whose "
+                                                            "measurements fitted the predictor's parameters")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--trial-timeout", type=float_at_least(0, strict=True), default=180.0, help="seconds before a trial counts as hung")
     tune.add_argument("--rep-ms", type=float_at_least(0, strict=True), default=100.0, help="time budget of timed calls per trial")

@@ -28,6 +28,10 @@ def run_tune(args, argv: list[str]) -> int:
 
     from harness.tune.study import DEFAULT_STORAGE, neighbour_winners, save_winner, tune_key, winner_record, winners_path
 
+    if args.objective == "predicted":
+        from harness.tune.predicted import run_predicted_tune
+
+        return run_predicted_tune(args)
     fake = bool(os.environ.get("VK_TUNE_FAKE"))
     if not torch.cuda.is_available() and not fake:
         raise SystemExit("vk tune: needs a CUDA GPU (VK_TUNE_FAKE=1 runs the machinery with a fake cost)")

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import warnings
@@ -102,7 +103,10 @@ def open_storage(url: str):
 
 
 def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], rejected: dict[str, str], *,
-                   timeout_s: float, rep_ms: float, worker: TrialProcess, timing: str = "events"):
+                   timeout_s: float, rep_ms: float, worker: TrialProcess | None, timing: str = "events",
+                   evaluator=None):
+    """The study's objective: a proposed config's median ms. ``evaluator`` (config -> result dict)
+    replaces the measurement in ``worker``: ``vk tune --objective predicted`` passes the predictor."""
     import optuna
 
     names = list(space["tunables"])
@@ -129,7 +133,8 @@ def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], re
                 if name in earlier.user_attrs:
                     trial.set_user_attr(name, earlier.user_attrs[name])
             return earlier.value
-        result = evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker, timing=timing)
+        result = (evaluator(config) if evaluator is not None
+                  else evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker, timing=timing))
         for name, value in result.items():
             trial.set_user_attr(name, value)
         if result.get("status") != "ok":
@@ -162,8 +167,9 @@ def default_config_for(variant: str, arch: str, space: dict) -> dict:
 
 def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minutes: float | None, seed: int,
              warm_start: list[dict], timeout_s: float, rep_ms: float, progress: bool, compile: bool = True,
-             feasible_override=None, exhaustive: bool = False, timing: str = "events"):
-    """Run (or continue) the study of one key; returns the study.
+             feasible_override=None, exhaustive: bool = False, timing: str = "events", evaluator=None):
+    """Run (or continue) the study of one key; returns the study. ``evaluator``: see make_objective
+    (no worker process is started then).
 
     ``exhaustive``: measure every feasible config once, in a study named "<key>|exhaustive" (the
     table the tuning-quality replay needs); ``trials`` is then the feasible count.
@@ -193,9 +199,9 @@ def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minut
     if stop.reached(study):
         return study
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    with TrialProcess() as worker:
+    with (TrialProcess() if evaluator is None else contextlib.nullcontext()) as worker:
         objective = make_objective(key, space, feasible, rejected, timeout_s=timeout_s, rep_ms=rep_ms,
-                                   worker=worker, timing=timing)
+                                   worker=worker, timing=timing, evaluator=evaluator)
         study.optimize(objective, n_trials=None if budget is None else stop.max_proposals,
                        timeout=None if minutes is None else 60 * minutes, catch=(TrialFailed,), callbacks=[stop],
                        show_progress_bar=progress)
