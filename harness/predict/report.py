@@ -80,7 +80,7 @@ def write_predicted_table(records: list[dict], path: Path) -> None:
         key = (f"{record['variant']}|{record['arch']}|predicted|L{bucket}|T{record['tree_nodes']}|H{record['heads']}"
                f"|ps{record['page_size']}")
         table[key] = {"predicted": True, "arch": record["arch"], "fitted_on": record["fitted_on"],
-                      "variant": record["variant"], "config": {**record["config"], "kv_splits": 0},
+                      "variant": record["variant"], "config": {"kv_splits": 0, **record["config"]},
                       "l_bucket": bucket, "tree_nodes": record["tree_nodes"], "heads": record["heads"],
                       "page_size": record["page_size"], "predicted_ms": record["time_ms"], "bound": record["bound"],
                       "blocks_per_sm": record["blocks_per_sm"],
@@ -116,7 +116,7 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
                                   / (arch.mma_sync_flop_per_clock_per_sm * arch.sms * arch.clock_ghz * 1e9))
                 records.append({"predicted": True, "arch": arch_name, "fitted_on": fitted_on, "variant": variant,
                                 "prefix_len": length, "tree_nodes": nodes, "heads": heads, "page_size": 64,
-                                "config": {k: v for k, v in config.items() if k != "kv_splits"},
+                                "config": config,  # kv_splits as predicted (0: the split rule)
                                 "predicted_pct_of_spec_floor": 100 * floor / result.time_ms, **result.as_dict()})
     write_predicted_table(records, out_dir / f"predicted-{arch_name}.yaml")
     jsonl = out_dir / f"{variant}-{arch_name}-predicted.jsonl"

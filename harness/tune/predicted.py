@@ -13,14 +13,14 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def run_predicted_tune(args) -> int:
+def run_predicted_tune(args, tune_keys) -> int:
+    """``tune_keys(args, label)``: the keys the arguments name (harness.tune.run)."""
     import optuna
     from tabulate import tabulate
 
     from harness.measure.paths import results_dir
     from harness.predict.objective import predicted_evaluator
     from harness.predict.report import write_predicted_table
-    from harness.tune.run import tune_keys
     from harness.tune.study import DEFAULT_STORAGE, tune_key
 
     if not args.arch:
@@ -51,7 +51,7 @@ def run_predicted_tune(args) -> int:
         distinct = sum("duplicate_of" not in t.user_attrs for t in complete)
         records.append({"variant": key.variant, "arch": args.arch, "fitted_on": args.fitted_on,
                         "prefix_len": key.prefix_len, "tree_nodes": key.tree_nodes, "heads": key.heads,
-                        "page_size": key.page_size, "config": {k: v for k, v in best.params.items() if k != "kv_splits"},
+                        "page_size": key.page_size, "config": dict(best.params),
                         "time_ms": best.value, "bound": attrs.get("bound"), "blocks_per_sm": attrs.get("blocks_per_sm"),
                         "search": f"optuna TPE, study {study.study_name}, {distinct} configs predicted"})
         rows.append((key.variant, key.prefix_len, key.tree_nodes, key.heads, f"{best.value:.4f}", attrs.get("bound"),

@@ -31,7 +31,7 @@ def run_tune(args, argv: list[str]) -> int:
     if args.objective == "predicted":
         from harness.tune.predicted import run_predicted_tune
 
-        return run_predicted_tune(args)
+        return run_predicted_tune(args, tune_keys)
     fake = bool(os.environ.get("VK_TUNE_FAKE"))
     if not torch.cuda.is_available() and not fake:
         raise SystemExit("vk tune: needs a CUDA GPU (VK_TUNE_FAKE=1 runs the machinery with a fake cost)")

@@ -272,3 +272,40 @@ def test_constrain_to_tunes_the_target_space_apart_and_marks_its_records(tmp_pat
     assert json.dumps(record["config"], sort_keys=True) in feasible
     clash = subprocess.run([*command, "--arch", "sm_90"], env=fake_env, capture_output=True, text=True)
     assert clash.returncode == 2 and "give one arch" in clash.stderr
+
+
+def test_predicted_objective_tunes_without_a_gpu_and_writes_a_predicted_table(tmp_path):
+    """vk tune --arch sm_120 --objective predicted: Optuna over the sm_120 space with the predictor's time
+    as the objective; its winner is the best predicted config it saw, marked predicted in the table."""
+    import yaml
+
+    from harness.predict.objective import predicted_evaluator
+
+    table = tmp_path / "predicted.yaml"
+    command = [sys.executable, "-m", "harness", "tune", "--objective", "predicted", "--arch", "sm_120",
+               "--variants", "cuda_coalesced", "--prefix", "131072,185000", "--tree", "64", "--heads", "8",
+               "--trials", "4", "--storage", f"sqlite:///{tmp_path / 'p.db'}", "--winners", str(table),
+               "--no-compile", "--no-progress"]
+    environment = {k: v for k, v in os.environ.items() if k != "VK_TUNE_FAKE"}
+    done = subprocess.run(command, env=environment, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "PREDICTED for sm_120" in done.stdout
+    (name, record), = yaml.safe_load(table.read_text()).items()  # 185000 shares the 128k bucket: one key
+    assert name == "cuda_coalesced|sm_120|predicted|L131072|T64|H8|ps64" and record["predicted"] is True
+    assert record["search"].startswith("optuna TPE, study cuda_coalesced|predicted-sm_120|L131072")
+    study = optuna.load_study(study_name="cuda_coalesced|predicted-sm_120|L131072|T64|H8|ps64|bfloat16",
+                              storage=f"sqlite:///{tmp_path / 'p.db'}")
+    assert study.user_attrs["timing"] == "predicted"
+    evaluate = predicted_evaluator("cuda_coalesced", "sm_120", prefix_len=131072, tree_nodes=64, heads=8)
+    seen = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len({json.dumps(t.params, sort_keys=True) for t in seen}) >= 4
+    best = min(seen, key=lambda t: t.value)
+    assert record["predicted_ms"] == pytest.approx(evaluate(best.params)["median_ms"])
+    assert record["predicted_ms"] == pytest.approx(min(evaluate(t.params)["median_ms"] for t in seen))
+
+
+def test_predicted_objective_needs_an_arch(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "harness", "tune", "--objective", "predicted", "--variants",
+                           "cuda_ws", "--storage", f"sqlite:///{tmp_path / 'p.db'}", "--no-progress"],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "give --arch" in done.stderr
