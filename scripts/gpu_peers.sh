@@ -15,7 +15,6 @@
 . scripts/gpu_env.sh
 export XZ_OPT=-T0
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
-left() { local s=$(( deadline - $(date +%s) )); echo $(( s > 1 ? s : 1 )); }
 if [ -d .peers/flashinfer ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .peers/flashinfer/wheels/*.whl
   tar -xJf .peers/flashinfer/flashinfer-slim.tar.xz -C /tmp/site
@@ -23,8 +22,9 @@ if [ -d .peers/flashinfer ]; then
 fi
 export FLASHINFER_WORKSPACE_BASE=/tmp/fi-workspace; mkdir -p $FLASHINFER_WORKSPACE_BASE
 # Archives may come in 15 MiB parts (.0, .1, ...): files come back from the host at most 16 MiB each.
-ls .peers/flashinfer/jit-cache.tar.xz.* >/dev/null 2>&1 && cat .peers/flashinfer/jit-cache.tar.xz.* | tar -xJ -C $FLASHINFER_WORKSPACE_BASE
-ls .peers/flash_mla/flash_mla-sm90.tar.xz.* >/dev/null 2>&1 && cat .peers/flash_mla/flash_mla-sm90.tar.xz.* | tar -xJ -C /tmp/site
+unpack() { ls "$1".* >/dev/null 2>&1 && cat "$1".* | tar -xJ -C "$2"; }  # ARCHIVE (without .N) DIR
+unpack .peers/flashinfer/jit-cache.tar.xz $FLASHINFER_WORKSPACE_BASE
+unpack .peers/flash_mla/flash_mla-sm90.tar.xz /tmp/site
 save_jit() { rm -f "$OUT"/jit-cache.tar.xz.*; tar -cJf - -C $FLASHINFER_WORKSPACE_BASE .cache 2>/dev/null \
   | split -b 15m -d -a 1 - "$OUT/jit-cache.tar.xz."; }
 records="results/bench/peers-$sku.jsonl"; mkdir -p results/bench results/report
@@ -50,7 +50,7 @@ for item in "$@"; do
     wait) while ! grep -q '^rc ' "$OUT/flash_mla-build.log" 2>/dev/null && [ "$(left)" -gt 2 ]; do sleep 2; done
           tail -n 5 "$OUT/flash_mla-build.log"
           # Installed at once, so the steps after this one (chain) run it.
-          ls "$OUT"/flash_mla-sm90.tar.xz.* >/dev/null 2>&1 && cat "$OUT"/flash_mla-sm90.tar.xz.* | tar -xJ -C /tmp/site ;;
+          unpack "$OUT/flash_mla-sm90.tar.xz" /tmp/site ;;
     *) echo "unknown step $step" >&2 ;;
   esac
 done

@@ -84,7 +84,7 @@ def recorded_points(records: list[dict]) -> set[BenchPoint]:
     for record in records:
         if record.get("kind") != "bench":
             continue
-        fields = {name: record[name] for name in BenchPoint.__dataclass_fields__ if name in record}
+        fields = {f.name: record[f.name] for f in dataclasses.fields(BenchPoint) if f.name in record}
         fields["config"] = tuple(sorted((record.get("config") or {}).items()))
         try:
             done.add(BenchPoint(**fields))

@@ -10,6 +10,7 @@ reads once shipped), marked ``predicted: true`` with the parameters' source and 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 
@@ -36,7 +37,7 @@ def run_predicted_tune(args, tune_keys) -> int:
         if key.study_name in seen:  # 131072 and 185000 share the 128k bucket: one study, at the bucket
             continue
         seen.add(key.study_name)
-        key = type(key)(**{**key.__dict__, "prefix_len": key.l_bucket})
+        key = dataclasses.replace(key, prefix_len=key.l_bucket)
         evaluator = predicted_evaluator(key.variant, args.arch, prefix_len=key.prefix_len,
                                         tree_nodes=key.tree_nodes, heads=key.heads, fitted_on=args.fitted_on)
         study = tune_key(key, arch=args.arch, storage=storage, trials=args.trials, minutes=args.minutes,

@@ -9,6 +9,8 @@ the peer cannot be captured in a CUDA graph; the bench then times it with events
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from verify_kernels import trees
@@ -46,3 +48,11 @@ def require_cuda_arch(problem, peer: str, archs: tuple[tuple[int, int], ...]) ->
     if capability not in archs:
         wanted = ", ".join(f"sm_{major}{minor}" for major, minor in archs)
         raise PeerUnavailable(f"{peer} runs on {wanted}; this GPU is sm_{capability[0]}{capability[1]}")
+
+
+def import_peer(package: str, peer: str, how_to_install: str):
+    """The peer's package, or PeerUnavailable saying it is not installed and how to install it."""
+    try:
+        return importlib.import_module(package)
+    except ImportError as error:
+        raise PeerUnavailable(f"{peer} is not installed here ({error}); {how_to_install}") from None

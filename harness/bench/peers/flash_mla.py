@@ -11,11 +11,10 @@ Only page size 64, Dqk 576, v_dim 512 and sm_90 (Hopper) are supported.
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 
-from harness.bench.peers.base import PeerUnavailable, require_causal, require_cuda_arch, require_mla_dims
+from harness.bench.peers.base import (PeerUnavailable, import_peer, require_causal, require_cuda_arch,
+                                      require_mla_dims)
 
 PAGE_SIZE = 64
 
@@ -52,11 +51,7 @@ def flash_mla(problem):
         raise PeerUnavailable(f"flash_mla: page size must be {PAGE_SIZE} (FlashMLA's only one); got "
                               f"{problem.page_size}")
     require_cuda_arch(problem, "flash_mla", ((9, 0),))
-    try:
-        module = importlib.import_module("flash_mla")
-    except ImportError as error:
-        raise PeerUnavailable(f"flash_mla is not installed here ({error}); build it with "
-                              f"scripts/build_flash_mla.sh on the GPU host") from None
+    module = import_peer("flash_mla", "flash_mla", "build it with scripts/build_flash_mla.sh on the GPU host")
     arguments = inputs(problem)
     schedule, _ = module.get_mla_metadata()
 

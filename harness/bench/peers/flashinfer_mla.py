@@ -12,11 +12,10 @@ per problem (on the host), then ``run`` is the timed call.
 
 from __future__ import annotations
 
-import importlib
-
 import torch
 
-from harness.bench.peers.base import PeerUnavailable, require_causal, require_cuda_arch, require_mla_dims
+from harness.bench.peers.base import (PeerUnavailable, import_peer, require_causal, require_cuda_arch,
+                                      require_mla_dims)
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
 BACKEND_ARCHS = {"fa2": ((8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)), "fa3": ((9, 0),)}
@@ -68,11 +67,8 @@ def _peer(backend: str):
         require_causal(problem, name)
         require_mla_dims(problem, name)
         require_cuda_arch(problem, name, BACKEND_ARCHS[backend])
-        try:
-            mla = importlib.import_module("flashinfer.mla")
-        except ImportError as error:
-            raise PeerUnavailable(f"flashinfer is not installed here ({error}); scripts/slim_flashinfer.py "
-                                  f"writes a copy that travels to the GPU host") from None
+        mla = import_peer("flashinfer.mla", "flashinfer",
+                          "scripts/slim_flashinfer.py writes a copy that travels to the GPU host")
         a = inputs(problem)
         workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=problem.q.device)
         wrapper = mla.BatchMLAPagedAttentionWrapper(workspace, backend=backend)

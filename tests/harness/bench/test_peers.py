@@ -95,7 +95,7 @@ def test_a_peer_that_is_not_installed_gives_a_row_with_its_reason(name, module, 
     def missing(package):
         raise ImportError(f"No module named {package!r}")
 
-    monkeypatch.setattr(peer_module.importlib, "import_module", missing)
+    monkeypatch.setattr(peers.base.importlib, "import_module", missing)
     problem = make_problem([70], 9, 2, tree="chain", seed=1)
     point = sweep.BenchPoint(name, 70, 9, 2, 64, tree="chain")
     row = sweep.bench_point(point, problem, reference_attention(*problem.arguments(), **problem.kwargs()),
