@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from harness.measure.inputs import InputError, check_input_file, check_output_dir, check_output_file
+
 
 def int_list(text: str) -> list[int]:
     try:
@@ -52,6 +54,37 @@ def float_at_least(low: float, *, strict: bool = False):
             raise argparse.ArgumentTypeError(f"expected a finite number {'>' if strict else '>='} {low:g}, got {text!r}")
         return value
     return parse
+
+
+def _argument_type(check, name: str):
+    """An argparse type from an ``inputs`` check: refused at parse time, before any work."""
+    def parse(text: str):
+        try:
+            return check(text, "")
+        except InputError as error:
+            raise argparse.ArgumentTypeError(str(error).removeprefix(": ")) from None
+    parse.__name__ = name
+    return parse
+
+
+# Paths checked when the flag is parsed: a file that can be written (not a folder, its folder
+# writable or creatable), a folder that can be, a file that exists.
+output_file = _argument_type(check_output_file, "output file")
+output_dir = _argument_type(check_output_dir, "output folder")
+input_file = _argument_type(check_input_file, "input file")
+
+# Prefix lengths a flag takes: 4M tokens is a 4.8 GB bf16 pool of 576-wide rows, past every MLA model's
+# context; a larger number is a typo, refused before a pool is allocated.
+PREFIX_MAX = 2**22
+SEED_MAX = 2**32 - 1  # NumPy's and torch's generators take seeds in [0, 2**32)
+
+
+def prefix_lengths(text: str) -> list[int]:
+    return int_list_in(0, PREFIX_MAX)(text)
+
+
+def seed(text: str) -> int:
+    return int_in(0, SEED_MAX)(text)
 
 
 def _range(low: int, high: int | None) -> str:

@@ -17,6 +17,7 @@ import argparse
 import sys
 
 from harness.arguments import COMMON_HELP, OneLineParser
+from harness.measure.inputs import InputError
 from harness.bench import cli as bench_cli
 from harness.decode import cli as decode_cli
 from harness.measure import cli as measure_cli
@@ -44,8 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand. A subcommand refuses bad input with ``SystemExit("vk <command>: ...")``:
-    that is one line on stderr and exit status 2, as argparse's own errors are."""
+    """Run one subcommand. A subcommand refuses bad input with ``SystemExit("vk <command>: ...")`` or an
+    ``InputError``: one line on stderr and exit status 2, as argparse's own errors are; Ctrl-C is one
+    line and exit status 130."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
@@ -54,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
             print(error.code, file=sys.stderr)
             return 2
         raise
+    except InputError as error:  # a flag's value or a file it names, refused before the work
+        print(f"vk {args.command}: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"vk {args.command}: interrupted (what was written stays; the same command resumes where it can)",
+              file=sys.stderr)
+        return 130
 
 
 def run() -> None:

@@ -1,6 +1,9 @@
 """Shared test set-up: the Triton interpreter on CPU-only machines, the ``gpu`` marker, devices."""
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +11,14 @@ import torch
 HAS_CUDA = torch.cuda.is_available()
 # Where the variant tests run: the GPU when there is one, else the CPU through the interpreter.
 DEVICE = "cuda" if HAS_CUDA else "cpu"
+
+# The tests never write into the checkout's results/ (the static model's compile cache under another
+# Triton, tuned tables, records): they read and write a session copy of it, before any harness module
+# (whose paths come from VK_RESULTS_DIR) is imported. Subprocesses inherit it.
+if "VK_RESULTS_DIR" not in os.environ:
+    _COPY = Path(tempfile.mkdtemp(prefix="vk-tests-")) / "results"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "results", _COPY)
+    os.environ["VK_RESULTS_DIR"] = str(_COPY)
 
 if not HAS_CUDA:
     # Before any Triton kernel module is imported: kernels then run on the CPU through the

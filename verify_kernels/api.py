@@ -67,8 +67,17 @@ def verify_attention(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_sca
     name, tuned_config = select_variant(variant, shape)
     module = variants.load_variant(name)
     resolved = variants.resolve_config(name, module, config if config is not None else tuned_config, shape)
-    if out is None:
-        out = torch.empty(shape.batch, shape.tree_nodes, shape.heads, shape.v_dim, dtype=q.dtype, device=q.device)
+    # Views (strided prefix_lens, a column of a larger q, a transposed out) are copied into layouts the
+    # kernels honour, never read as if they were contiguous.
+    q, block_table, prefix_lens, tree_mask, kernel_out = contract.kernel_layouts(q, block_table, prefix_lens,
+                                                                                 tree_mask, out)
+    if kernel_out is None:
+        kernel_out = torch.empty(shape.batch, shape.tree_nodes, shape.heads, shape.v_dim, dtype=q.dtype,
+                                 device=q.device)
     module.run(q, kv_cache, block_table, prefix_lens, tree_mask, sm_scale=float(sm_scale), v_dim=shape.v_dim,
-               out=out, config=resolved)
+               out=kernel_out, config=resolved)
+    if out is None:
+        return kernel_out
+    if kernel_out is not out:
+        out.copy_(kernel_out)
     return out

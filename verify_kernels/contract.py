@@ -28,6 +28,11 @@ SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 ORACLE_DTYPES = SUPPORTED_DTYPES + (torch.float32,)
 MAX_TREE_NODES = 1024
 MAX_HEADS = 128
+# What every variant honours: q and out rows by any strides of their leading dimensions, as long as
+# each row is contiguous and starts on a 16-byte boundary (the CUDA variants copy rows with 16-byte
+# cp.async and store them with 16-byte vectors); block_table and tree_mask rows by any row stride;
+# prefix_lens only contiguous; kv_cache only contiguous and aligned (it is never copied).
+ALIGN_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,16 @@ def _expect_shape(name: str, value: torch.Tensor, expected: tuple[int, ...], lay
         raise ValueError(f"{name}: expected shape {expected} {layout}, got {tuple(value.shape)}")
 
 
+def check_pool_layout(name: str, pool: torch.Tensor) -> None:
+    """The pool is read in place as whole pages (never copied: that would cost its whole size per
+    call), so it must be contiguous and start on an ALIGN_BYTES boundary; a slice of pages of a
+    larger pool is one."""
+    if not pool.is_contiguous() or pool.data_ptr() % ALIGN_BYTES:
+        raise ValueError(
+            f"{name}: expected a contiguous pool starting on a {ALIGN_BYTES}-byte boundary (pages are read in place "
+            f"as whole blocks), got strides {pool.stride()} at byte offset {pool.storage_offset() * pool.element_size()}")
+
+
 def check_arguments(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim,
                     dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES) -> ProblemShape:
     """Check shapes, dtypes and devices against the contract; return the problem's shape.
@@ -98,8 +113,6 @@ def check_arguments(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scal
         raise ValueError(f"q: expected 1 <= T <= {MAX_TREE_NODES} tree nodes, got T = {tree_nodes}")
     if not 1 <= heads <= MAX_HEADS:
         raise ValueError(f"q: expected 1 <= H <= {MAX_HEADS} heads, got H = {heads}")
-    if q.stride(-1) != 1:
-        raise ValueError(f"q: expected a contiguous last dimension, got strides {q.stride()}")
 
     _expect_dim("kv_cache", kv_cache, 3, "[num_pages, page_size, Dqk]")
     _expect_dtype("kv_cache", kv_cache, (q.dtype,))
@@ -109,16 +122,13 @@ def check_arguments(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scal
         raise ValueError(f"kv_cache: expected last dimension Dqk = {head_dim} (as q), got {kv_dim}")
     if num_pages < 1 or page_size < 1:
         raise ValueError(f"kv_cache: expected a non-empty pool, got shape {tuple(kv_cache.shape)}")
-    if not kv_cache.is_contiguous():
-        raise ValueError("kv_cache: expected a contiguous pool (pages are read as whole blocks)")
+    check_pool_layout("kv_cache", kv_cache)
 
     _expect_dim("block_table", block_table, 2, "[B, max_pages]")
     _expect_dtype("block_table", block_table, (torch.int32,))
     _expect_device("block_table", block_table, device)
     if block_table.shape[0] != batch:
         raise ValueError(f"block_table: expected {batch} rows (B of q), got shape {tuple(block_table.shape)}")
-    if block_table.stride(-1) != 1:
-        raise ValueError(f"block_table: expected a contiguous last dimension, got strides {block_table.stride()}")
 
     _expect_dim("prefix_lens", prefix_lens, 1, "[B]")
     _expect_dtype("prefix_lens", prefix_lens, (torch.int32,))
@@ -129,8 +139,6 @@ def check_arguments(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scal
     _expect_dtype("tree_mask", tree_mask, (torch.int32,))
     _expect_device("tree_mask", tree_mask, device)
     _expect_shape("tree_mask", tree_mask, (batch, tree_nodes, trees.mask_words(tree_nodes)), "[B, T, ceil(T/32)]")
-    if tree_mask.stride(-1) != 1:
-        raise ValueError(f"tree_mask: expected a contiguous last dimension, got strides {tree_mask.stride()}")
 
     # NumPy and other integral / real scalars are numbers too; bools are not.
     if isinstance(v_dim, bool) or not isinstance(v_dim, numbers.Integral):
@@ -157,8 +165,39 @@ def check_out(out, shape: ProblemShape) -> None:
     _expect_shape("out", out, expected, "[B, T, H, v_dim]")
     _expect_dtype("out", out, (shape.dtype,))
     _expect_device("out", out, shape.device)
-    if out.stride(-1) != 1:
-        raise ValueError(f"out: expected a contiguous last dimension, got strides {out.stride()}")
+    if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride())):
+        raise ValueError(f"out: expected a writable buffer whose elements do not overlap, got shape "
+                         f"{tuple(out.shape)} with strides {out.stride()}")
+
+
+def _rows_aligned(tensor: torch.Tensor) -> bool:
+    """Contiguous last dimension, 16-byte aligned start and leading strides (in bytes)."""
+    size = tensor.element_size()
+    return ((tensor.stride(-1) == 1 or tensor.shape[-1] == 1) and tensor.data_ptr() % ALIGN_BYTES == 0
+            and all((stride * size) % ALIGN_BYTES == 0 for stride in tensor.stride()[:-1]))
+
+
+def _fresh_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy in a new (allocator-aligned) buffer; ``.contiguous()`` would hand back a
+    contiguous tensor that starts off the 16-byte boundary unchanged."""
+    return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device).copy_(tensor)
+
+
+def kernel_layouts(q, block_table, prefix_lens, tree_mask, out):
+    """The arguments in layouts every variant honours (see ALIGN_BYTES), copying only those that are not:
+    (q, block_table, prefix_lens, tree_mask, out_for_kernel). When ``out_for_kernel is not out`` the
+    kernel writes a fresh buffer and the caller copies it into ``out``. Metadata only: no host sync,
+    so it runs inside CUDA-graph capture (the copies are captured with the kernel)."""
+    if not _rows_aligned(q):
+        q = _fresh_copy(q)
+    if not (block_table.stride(-1) == 1 or block_table.shape[-1] == 1):
+        block_table = _fresh_copy(block_table)
+    if not prefix_lens.is_contiguous():
+        prefix_lens = _fresh_copy(prefix_lens)
+    if not (tree_mask.stride(-1) == 1 or tree_mask.shape[-1] == 1):
+        tree_mask = _fresh_copy(tree_mask)
+    kernel_out = out if out is not None and _rows_aligned(out) else None
+    return q, block_table, prefix_lens, tree_mask, kernel_out
 
 
 def check_values(block_table, prefix_lens, tree_mask, shape: ProblemShape) -> None:

@@ -7,7 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from harness.arguments import device_or_default, float_at_least, int_in, int_list_in, json_dict
+from harness.arguments import (device_or_default, float_at_least, input_file, int_in, int_list_in, json_dict,
+                               output_file, prefix_lengths)
+from harness.measure.inputs import read_yaml_mapping
 from harness.measure.paths import results_dir
 
 BENCH_DEFAULTS = {"prefix": [4096, 32768, 131072], "tree": [16, 64], "heads": [8], "page_size": [64],
@@ -56,20 +58,51 @@ def cmd_check(args) -> int:
 
 def _bench_settings(args) -> dict:
     """Flags given on the command line, else the --sweep YAML's values, else BENCH_DEFAULTS."""
-    import yaml
-
     sweep = {}
     if args.sweep:
-        sweep = yaml.safe_load(Path(args.sweep).read_text()) or {}
+        sweep = read_yaml_mapping(args.sweep, "--sweep")
         unknown = sorted(set(sweep) - set(BENCH_DEFAULTS) - {"variants", "peers", "configs", "proxy_for"})
         if unknown:
             raise SystemExit(f"vk bench: {args.sweep}: unknown keys {unknown}; expected "
                              f"{sorted(set(BENCH_DEFAULTS) | {'variants', 'peers', 'configs', 'proxy_for'})}")
+        sweep = {key: _sweep_value(args.sweep, key, value) for key, value in sweep.items()}
     settings = {}
     for key, default in {**BENCH_DEFAULTS, "variants": None, "peers": None, "configs": None, "proxy_for": None}.items():
         given = getattr(args, "config" if key == "configs" else key)
         settings[key] = given if given is not None else sweep.get(key, default)
     return settings
+
+
+# A sweep file's values go through the flags' own parsers (ranges and choices included).
+SWEEP_PARSERS = {"prefix": prefix_lengths, "tree": int_list_in(1, 1024), "heads": int_list_in(1, 128),
+                 "page_size": int_list_in(1), "batch": int_in(1), "rep_ms": float_at_least(0, strict=True),
+                 "repeat": int_in(1)}
+SWEEP_CHOICES = {"dtype": ("bfloat16", "float16"), "mode": ("events", "graph"), "proxy_for": ("sm_120", None)}
+
+
+def _sweep_value(path, key: str, value):
+    import argparse
+
+    def refuse(expected: str):
+        raise SystemExit(f"vk bench: --sweep: {path}: {key}: expected {expected}, got {value!r}")
+
+    if key in SWEEP_PARSERS:
+        text = ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+        if isinstance(value, (dict, bool)) or (isinstance(value, list) and any(isinstance(v, (list, dict, bool))
+                                                                              for v in value)):
+            refuse("numbers")
+        try:
+            return SWEEP_PARSERS[key](text)
+        except argparse.ArgumentTypeError as error:
+            refuse(str(error).removeprefix("expected ").split(", got")[0])
+    if key in SWEEP_CHOICES and value not in SWEEP_CHOICES[key]:
+        refuse(f"one of {list(SWEEP_CHOICES[key])}")
+    if key in ("variants", "peers", "tree_kind") and not (
+            isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+        refuse("a name or a list of names")
+    if key == "configs" and not (isinstance(value, list) and all(isinstance(v, dict) for v in value)):
+        refuse("a list of config mappings")
+    return value
 
 
 def cmd_bench(args) -> int:
@@ -79,8 +112,6 @@ def cmd_bench(args) -> int:
     from harness.measure.environment import gpu_sku
     from harness.bench.peers import PEERS
 
-    if not torch.cuda.is_available():
-        raise SystemExit("vk bench: needs a CUDA GPU (timings on the CPU interpreter mean nothing)")
     from verify_kernels import VARIANTS
     from verify_kernels.trees import TREE_GENERATORS
 
@@ -97,6 +128,8 @@ def cmd_bench(args) -> int:
     points = sweep_points(names, settings["prefix"], settings["tree"], settings["heads"], settings["page_size"],
                           batch=settings["batch"], dtype=settings["dtype"], configs=settings["configs"],
                           trees=settings["tree_kind"])
+    if not torch.cuda.is_available():  # after the inputs: a bad sweep is named on any machine
+        raise SystemExit("vk bench: needs a CUDA GPU (timings on the CPU interpreter mean nothing)")
     out = args.out or results_dir() / "bench" / f"{gpu_sku()}.jsonl"
     if args.resume and Path(out).exists():
         from harness.bench.sweep import recorded_points
@@ -118,9 +151,6 @@ def cmd_bench(args) -> int:
 def cmd_report(args) -> int:
     from harness.bench.report import write_report
 
-    missing = [str(path) for path in args.inputs if not path.is_file()]
-    if missing:
-        raise SystemExit(f"vk report: inputs: no such file: {', '.join(missing)}")
     out = args.out or results_dir() / "report" / args.inputs[0].stem
     markdown, images = write_report(args.inputs, out, args.title or f"Benchmarks: {args.inputs[0].stem}",
                                     peers=args.peers)
@@ -138,7 +168,7 @@ def add_commands(sub) -> None:
     check.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
     check.add_argument("--quick", action="store_true", help="the small CPU case matrix even on a GPU")
     check.add_argument("--cases", nargs="+", help="only these case names")
-    check.add_argument("--out", type=Path, help="append JSONL records here (default: results/check/<gpu or cpu>.jsonl "
+    check.add_argument("--out", type=output_file, help="append JSONL records here (default: results/check/<gpu or cpu>.jsonl "
                                                 "in the current directory, or under $VK_RESULTS_DIR)")
     check.add_argument("--json", action="store_true", help="print records as JSON instead of a table")
     check.add_argument("--counters", action="store_true",
@@ -148,10 +178,10 @@ def add_commands(sub) -> None:
     check.set_defaults(func=cmd_check)
 
     bench = sub.add_parser("bench", help="time variants and peers side by side over a sweep")
-    bench.add_argument("--sweep", type=Path, help="YAML file with any of the flags below (flags win)")
+    bench.add_argument("--sweep", type=input_file, help="YAML file with any of the flags below (flags win)")
     bench.add_argument("--variants", nargs="+", help="default: all registered")
     bench.add_argument("--peers", nargs="*", help="peers to time beside them (default: all; none: --peers)")
-    bench.add_argument("--prefix", type=int_list_in(0), help="prefix lengths L (default 4096,32768,131072)")
+    bench.add_argument("--prefix", type=prefix_lengths, help="prefix lengths L (default 4096,32768,131072)")
     bench.add_argument("--tree", type=int_list_in(1, 1024), help="tree sizes T (default 16,64)")
     bench.add_argument("--heads", type=int_list_in(1, 128), help="heads H (default 8)")
     bench.add_argument("--tree-kind", nargs="+",
@@ -170,15 +200,15 @@ def add_commands(sub) -> None:
                        help="also profile each ok row once under ncu (a separate replay, never the timed one): "
                             "tensor-pipe %%, DRAM %% and GB/s, L2 hit rate, shared-memory pipe %%, occupancy, "
                             "top stalls")
-    bench.add_argument("--out", type=Path, help="JSONL file (default results/bench/<gpu>.jsonl)")
+    bench.add_argument("--out", type=output_file, help="JSONL file (default results/bench/<gpu>.jsonl)")
     bench.add_argument("--resume", action="store_true",
                        help="skip the points --out already holds a row for (a sweep cut short goes on where it stopped)")
     bench.add_argument("--no-progress", action="store_true")
     bench.set_defaults(func=cmd_bench)
 
     report = sub.add_parser("report", help="bench records -> markdown table and PNG plots")
-    report.add_argument("inputs", nargs="+", type=Path, help="bench JSONL files")
-    report.add_argument("--out", type=Path, help="output prefix (default results/report/<first input stem>)")
+    report.add_argument("inputs", nargs="+", type=input_file, help="bench JSONL files")
+    report.add_argument("--out", type=output_file, help="output prefix (default results/report/<first input stem>)")
     report.add_argument("--title", help="the report's heading (default: Benchmarks: <first input>)")
     report.add_argument("--peers", action="store_true",
                         help="add, per shape, the best of ours against the best peer (ratio, ahead or behind) and "

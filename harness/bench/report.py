@@ -25,9 +25,7 @@ from harness.measure.records import read_records
 def load_bench_records(paths: list[Path]) -> list[dict]:
     records = []
     for path in paths:
-        records += [r for r in read_records(path) if r.get("kind") == "bench"]
-    if not records:
-        raise ValueError(f"no bench records in {[str(p) for p in paths]}")
+        records += read_records(path, "bench", flag="inputs")
     return records
 
 
@@ -120,10 +118,9 @@ def _tensor_pct(record: dict) -> float | None:
 
 
 def plot(records: list[dict], out_prefix: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """One PNG per metric (latency, % of the floor, tensor-pipe % when counted), a panel per (T, H),
+    a line per implementation over L; the legend outside the panels (harness/measure/figures.py)."""
+    from harness.measure.figures import finish, length_ticks, saved_figure
 
     panels = sorted({(r["tree_nodes"], r["heads"]) for r in records})
     written = []
@@ -132,27 +129,26 @@ def plot(records: list[dict], out_prefix: Path) -> list[Path]:
         metrics.append((_tensor_pct, "tensor pipe active (% of cycles, ncu)", False, "tensor"))
     for metric, label, log_y, kind in metrics:
         value = metric if callable(metric) else (lambda record, key=metric: record.get(key))
-        figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
-        for axis, (nodes, heads) in zip(axes[0], panels):
-            series = defaultdict(list)
-            for record in records:
-                if (record["tree_nodes"], record["heads"]) == (nodes, heads) and value(record) is not None:
-                    series[_implementation(record)].append((record["prefix_len"], value(record)))
-            for name, points in series.items():
-                points.sort()
-                axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
-            axis.set_xscale("log")
-            if log_y:
-                axis.set_yscale("log")
-            axis.set_title(f"T={nodes}, H={heads}")
-            axis.set_xlabel("prefix length L")
-            axis.set_ylabel(label)
-            axis.grid(True, which="both", alpha=0.3)
-        axes[0][0].legend(fontsize=7)
-        figure.tight_layout()
         path = out_prefix.with_name(f"{out_prefix.name}-{kind}.png")
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
+        with saved_figure(path, columns=len(panels), size=(3.8 * len(panels), 3.8), dpi=110) as (figure, axes):
+            axes = axes if isinstance(axes, tuple) else (axes,)
+            for axis, (nodes, heads) in zip(axes, panels):
+                series = defaultdict(list)
+                for record in records:
+                    if (record["tree_nodes"], record["heads"]) == (nodes, heads) and value(record) is not None:
+                        series[_implementation(record)].append((record["prefix_len"], value(record)))
+                for name, points in series.items():
+                    points.sort()
+                    axis.plot([p[0] for p in points], [p[1] for p in points], label=name)
+                axis.set_xscale("log")
+                if log_y:
+                    axis.set_yscale("log")
+                length_ticks(axis, [p[0] for points in series.values() for p in points])
+                axis.set_title(f"T={nodes}, H={heads}")
+                axis.set_xlabel("prefix length L")
+                axis.set_ylabel(label)
+                axis.grid(True, which="both", alpha=0.3)
+            finish(figure, axes)
         written.append(path)
     return written
 

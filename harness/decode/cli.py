@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from harness.arguments import float_at_least, int_in, int_list, int_list_in
+from harness.arguments import (float_at_least, input_file, int_in, int_list, int_list_in, output_dir, output_file,
+                               prefix_lengths, seed)
 from harness.measure.paths import results_dir
 
 
@@ -31,21 +31,25 @@ def cmd_decode(args) -> int:
 
 
 def cmd_decode_report(args) -> int:
+    import importlib.util
+    import sys
+
     from harness.decode.report import write_decode_report
 
-    missing = [str(path) for path in args.records if not Path(path).is_file()]
-    if missing:
-        raise SystemExit(f"vk decode-report: records: no such file: {', '.join(missing)}")
+    if "/" in args.name or not args.name.strip():
+        raise SystemExit(f"vk decode-report: --name: expected a file-name stem (no '/'), got {args.name!r}")
     for path in write_decode_report(args.records, args.out_dir, args.name):
         print(path)
+    if importlib.util.find_spec("matplotlib") is None:
+        print("vk decode-report: no plots: they need matplotlib (pip install 'verify-kernels[plot]')", file=sys.stderr)
     return 0
 
 
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     decode = sub.add_parser("decode", help="DDTree decode loop on an MLA model: step phases, tokens/s, lossless check")
-    decode.add_argument("--preset", default="tiny", help="tiny (CPU tests) or k2-tp8 (one GPU's slice of Kimi K2 at TP8)")
-    decode.add_argument("--context", type=int_list_in(0), default=[0], help="random latent rows before the prompt (list)")
+    decode.add_argument("--preset", default="tiny", choices=["tiny", "k2-tp8"], help="tiny (CPU tests) or k2-tp8 (one GPU's slice of Kimi K2 at TP8)")
+    decode.add_argument("--context", type=prefix_lengths, default=[0], help="random latent rows before the prompt (list)")
     decode.add_argument("--budget", type=int_list_in(1, 1024), default=[64], help="tree nodes per step, root included (list)")
     decode.add_argument("--new-tokens", type=int_in(1), default=64, help="tokens to decode per run")
     decode.add_argument("--variants", "--variant", nargs="+",
@@ -67,14 +71,14 @@ def add_commands(sub) -> None:
     decode.add_argument("--device", choices=["cpu", "cuda"])
     decode.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],
                         help="default: bfloat16 on the GPU, float32 on the CPU")
-    decode.add_argument("--weights", help="a safetensors file in DeepSeek-V3 tensor names (default: random, --seed)")
-    decode.add_argument("--seed", type=int, default=0)
+    decode.add_argument("--weights", type=input_file, help="a safetensors file in DeepSeek-V3 tensor names (default: random, --seed)")
+    decode.add_argument("--seed", type=seed, default=0)
     decode.add_argument("--no-graphs", action="store_true", help="eager verify forward instead of CUDA graphs")
     decode.add_argument("--compile-layers", action="store_true",
                         help="torch.compile each layer's two halves around attention (fuses norms, RoPE, SwiGLU)")
     decode.add_argument("--gemm", choices=["cublas", "splitk"], default="cublas",
                         help="the layers' weight GEMMs: cuBLAS, or the split-K Triton kernel (harness/decode/splitk_linear.py)")
-    decode.add_argument("--gemm-table", help="split-K configs (JSON from scripts/tune_splitk.py; default: "
+    decode.add_argument("--gemm-table", type=input_file, help="split-K configs (JSON from scripts/tune_splitk.py; default: "
                         "results/tuned/splitk-linear-SKU.json for this GPU if present, else built-in defaults)")
     decode.add_argument("--pdl", action="store_true",
                         help="programmatic dependent launches between the compiled layers' kernels and the split-K "
@@ -99,13 +103,13 @@ def add_commands(sub) -> None:
     decode.add_argument("--counters-by-kernel", action="store_true",
                         help="with --counters: profile each kernel of the step and split by class (attention, "
                              "GEMMs, the rest); one ncu pass per kernel, minutes at long context")
-    decode.add_argument("--out", type=Path, help="append JSONL records here")
+    decode.add_argument("--out", type=output_file, help="append JSONL records here")
     decode.add_argument("--json", action="store_true")
     decode.add_argument("--no-progress", action="store_true")
     decode.set_defaults(func=cmd_decode)
 
     decode_report = sub.add_parser("decode-report", help="decode records -> markdown table and plots")
-    decode_report.add_argument("records", type=Path, nargs="+", help="JSONL files written by vk decode --out")
-    decode_report.add_argument("--out-dir", type=Path, default=results_dir() / "decode", help="where the table and plots go")
+    decode_report.add_argument("records", type=input_file, nargs="+", help="JSONL files written by vk decode --out")
+    decode_report.add_argument("--out-dir", type=output_dir, default=results_dir() / "decode", help="where the table and plots go")
     decode_report.add_argument("--name", default="decode", help="file-name stem of the table and plots")
     decode_report.set_defaults(func=cmd_decode_report)

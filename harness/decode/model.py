@@ -31,6 +31,7 @@ class MLAConfig:
     v: int
     vocab: int
     intermediate: int
+    max_positions: int = 262144  # positions the model is run at: context + prompt + decoded + tree
     rope_theta: float = 50000.0
     eps: float = 1e-6
 
@@ -51,11 +52,16 @@ class MLAConfig:
                      + 2 * self.hidden + self.q_lora + self.kv_lora)
         return self.layers * per_layer + self.vocab * self.hidden + self.hidden
 
+    def resident_bytes(self, positions: int, element_bytes: int) -> int:
+        """Memory the decode holds: every weight (the embedding too) and ``positions`` cached rows per layer."""
+        return element_bytes * (self.matrix_params() + self.vocab * self.hidden
+                                + self.layers * positions * self.latent_dim)
+
 
 PRESETS = {
     # A few layers and a small vocabulary, for CPU tests; the cached row keeps the contract's 576/512.
     "tiny": MLAConfig(layers=2, hidden=128, heads=4, q_lora=96, kv_lora=512, rope=64, nope=32, v=32, vocab=512,
-                      intermediate=256),
+                      intermediate=256, max_positions=8192),
     # One GPU's slice of Kimi K2 at TP8: 61 layers, 8 of 64 heads, MLP = the activated experts' share.
     "k2-tp8": MLAConfig(layers=61, hidden=7168, heads=8, q_lora=1536, kv_lora=512, rope=64, nope=128, v=128,
                         vocab=163840, intermediate=2304),
@@ -140,7 +146,12 @@ def load_weights(path, config: MLAConfig, *, dtype: torch.dtype, device) -> dict
     """Weights from a safetensors file in DeepSeek-V3's names; shapes checked against ``config``."""
     from safetensors.torch import load_file
 
-    tensors = load_file(str(path), device="cpu")
+    from harness.measure.inputs import InputError
+
+    try:
+        tensors = load_file(str(path), device="cpu")
+    except Exception as error:  # safetensors raises its own error type for a file that is not one
+        raise InputError(f"--weights: {path}: not a safetensors file ({str(error).splitlines()[0][:120]})") from None
 
     def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
         if name not in tensors:

@@ -9,12 +9,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from harness.decode.run import PADDED_GREEDY, format_decode_table, timing_suffix
-from harness.measure.figures import saved_figure
+from harness.measure.figures import finish, length_ticks, saved_figure
 from harness.measure.records import read_records
 
 BASELINE = "triton_ps1"
@@ -108,7 +109,7 @@ def plot_steps(records: list[dict], path: Path) -> None:
             by_variant[r["variant"] + timing_suffix(r)][r["context"]] = r  # a repeated point: the last run
     floors = sorted({(r["context"], r["floor"]["step_ms"]) for rs in by_variant.values() for r in rs.values()
                      if "floor" in r})
-    with saved_figure(path) as axis:
+    with saved_figure(path) as (figure, axis):
         for variant, points in sorted(by_variant.items()):
             rs = sorted(points.values(), key=lambda r: r["context"])
             axis.plot([r["context"] for r in rs], [r["median_step_ms"] for r in rs], marker="o", label=variant)
@@ -116,10 +117,11 @@ def plot_steps(records: list[dict], path: Path) -> None:
             axis.plot(*zip(*floors), linestyle="--", color="grey", label="floor (weights + attention roofline)")
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
+        length_ticks(axis, [r["context"] for rs in by_variant.values() for r in rs.values()])
         axis.set_xlabel("context (tokens)")
         axis.set_ylabel("decode step (ms)")
         axis.set_title(f"tree budget {budget}", fontsize=10)
-        axis.legend(fontsize=8)
+        finish(figure, [axis])
 
 
 def plot_budget(records: list[dict], path: Path) -> None:
@@ -128,7 +130,7 @@ def plot_budget(records: list[dict], path: Path) -> None:
     for r in primary_runs(records):
         if r.get("tokens_per_s") and r.get("variant") != BASELINE:
             by_context[r["context"]].append(r)
-    with saved_figure(path, columns=2, size=(9.6, 4)) as (left, right):
+    with saved_figure(path, columns=2, size=(9.6, 4)) as (figure, (left, right)):
         for context, rs in sorted(by_context.items()):
             rs = sorted(rs, key=lambda r: r["budget"])
             budgets = [r["budget"] for r in rs]
@@ -142,18 +144,20 @@ def plot_budget(records: list[dict], path: Path) -> None:
         left.set_title("x: diverged from the drafter's greedy reference (oracle out of step)", fontsize=9)
         for axis, label in ((left, "tokens/s"), (right, "decode step (ms)")):
             axis.set_xscale("log", base=2)
+            length_ticks(axis, [r["budget"] for rs in by_context.values() for r in rs])
             axis.set_xlabel("tree budget (nodes)")
             axis.set_ylabel(label)
-            axis.legend(fontsize=8)
+        finish(figure, [left, right])
 
 
 def write_decode_report(inputs: list[Path], out_dir: Path, name: str) -> list[Path]:
-    records = [r for path in inputs for r in read_records(path) if r.get("kind") == "decode"]
-    if not records:
-        raise ValueError(f"no decode records in {[str(p) for p in inputs]}")
+    records = [r for path in inputs for r in read_records(path, "decode")]
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = [out_dir / f"{name}.md", out_dir / f"{name}-steps.png", out_dir / f"{name}-budget.png"]
+    written = [out_dir / f"{name}.md"]
     written[0].write_text(markdown(records, f"DDTree decode: {name}"))
-    plot_steps(records, written[1])
-    plot_budget(records, written[2])
+    # matplotlib is the `plot` extra: without it the table is written without the figures.
+    if importlib.util.find_spec("matplotlib") is not None:
+        written += [out_dir / f"{name}-steps.png", out_dir / f"{name}-budget.png"]
+        plot_steps(records, written[1])
+        plot_budget(records, written[2])
     return written

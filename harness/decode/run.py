@@ -20,6 +20,7 @@ from harness.decode.drafters import make_drafter
 from harness.decode.kv_pool import PagedKVCache
 from harness.decode.model import PRESETS, MLAConfig, MLAModel, load_weights, random_weights
 from harness.decode.target_runner import TargetRunner
+from harness.measure.inputs import InputError
 from harness.measure.power import PowerSampler
 
 
@@ -41,7 +42,7 @@ def build_model(preset: str, *, seed: int, dtype: torch.dtype, device: str, weig
                 compile_layers: bool = False, gemm: str = "cublas", gemm_table: str | None = None,
                 pdl: bool = False) -> MLAModel:
     if preset not in PRESETS:
-        raise ValueError(f"preset: expected one of {sorted(PRESETS)}, got {preset!r}")
+        raise InputError(f"--preset: expected one of {sorted(PRESETS)}, got {preset!r}")
     config = PRESETS[preset]
     weights = (load_weights(weights_path, config, dtype=dtype, device=device) if weights_path
                else random_weights(config, seed=seed, dtype=dtype, device=device))
@@ -64,7 +65,8 @@ def make_prompt(config: MLAConfig, prompt: list[int] | None, prompt_len: int, se
         generator = torch.Generator().manual_seed(seed + 1)
         prompt = torch.randint(0, config.vocab, (prompt_len,), generator=generator).tolist()
     if not prompt or any(not 0 <= t < config.vocab for t in prompt):
-        raise ValueError(f"prompt: expected at least one token id in [0, {config.vocab}), got {prompt[:8]}")
+        bad = [t for t in prompt if not 0 <= t < config.vocab][:4]
+        raise InputError(f"--prompt: expected token ids in [0, {config.vocab}) (the vocabulary), got {bad or prompt}")
     return list(prompt)
 
 
@@ -163,6 +165,53 @@ def page_size_for(variant: str, default: int) -> int:
     return default if variant in ("reference", "auto") else kernel_page_size(variant, default)
 
 
+# Flags that act only on a CUDA device: refused on the CPU rather than ignored while the record claims them.
+CUDA_ONLY_FLAGS = {"--gemm splitk": lambda a: a.gemm == "splitk", "--gemm-table": lambda a: a.gemm_table,
+                   "--pdl": lambda a: a.pdl, "--counters": lambda a: getattr(a, "counters", False),
+                   "--counters-by-kernel": lambda a: getattr(a, "counters_by_kernel", False),
+                   "--draft-on device": lambda a: "device" in a.draft_on}
+MEMORY_HEADROOM = 0.9  # of the memory available now
+
+
+def available_bytes(device: str) -> int:
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0]
+    import os
+
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_decode_inputs(args, device: str, dtype: torch.dtype) -> None:
+    """What no run of the matrix could do, refused before a weight is built: CUDA-only flags on the
+    CPU, positions past the model's, and weights plus cache that do not fit in memory."""
+    if device == "cpu":
+        given = [flag for flag, is_set in CUDA_ONLY_FLAGS.items() if is_set(args)]
+        if given:
+            raise InputError(f"{given[0]}: acts on a CUDA device only; this run is on the CPU (--device cpu or no GPU)")
+    if getattr(args, "counters_by_kernel", False) and not getattr(args, "counters", False):
+        raise InputError("--counters-by-kernel: only with --counters")
+    from verify_kernels.variants import VARIANTS
+
+    known = {"auto", "reference", *VARIANTS}
+    unknown = sorted(set(args.variants or []) - known)
+    if unknown:
+        raise InputError(f"--variants: unknown {unknown}; expected some of {sorted(known)}")
+    if args.gemm_table and args.gemm != "splitk":
+        raise InputError(f"--gemm-table: only with --gemm splitk, got --gemm {args.gemm}")
+    config = PRESETS[args.preset]
+    prompt_len = len(args.prompt) if args.prompt else args.prompt_len
+    positions = max(args.context) + prompt_len + args.new_tokens + 64 + max(args.budget) + args.block_size
+    if positions > config.max_positions:
+        raise InputError(f"--context/--prompt-len/--new-tokens: the preset {args.preset} runs at most "
+                         f"{config.max_positions:,} positions, these need {positions:,} (context {max(args.context):,} "
+                         f"+ prompt {prompt_len:,} + new tokens {args.new_tokens} + tree and slack)")
+    element = torch.finfo(dtype).bits // 8
+    needed, available = config.resident_bytes(positions, element), available_bytes(device)
+    if needed > MEMORY_HEADROOM * available:
+        raise InputError(f"--preset {args.preset} --device {device}: needs ~{needed / 2**30:.1f} GiB of weights and "
+                         f"cache in {str(dtype).removeprefix('torch.')}, {device} has {available / 2**30:.1f} GiB free")
+
+
 def run_matrix(args, command: str) -> list[dict]:
     """Every (context, variant, budget) of the arguments: one model, one cache per context and page
     size, one greedy reference per context; a record appended to ``args.out`` after each run."""
@@ -174,6 +223,7 @@ def run_matrix(args, command: str) -> list[dict]:
         raise SystemExit("vk decode: --device: cuda requested, but torch sees no CUDA device on this machine")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device == "cuda" else torch.float32)
+    check_decode_inputs(args, device, dtype)
     variants_ = args.variants or (["auto"] if device == "cuda" else ["reference"])
     if device == "cpu" and any(v != "reference" for v in variants_):
         raise SystemExit("vk decode: on the CPU only --variants reference (the float64 oracle; the kernels "

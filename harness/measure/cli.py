@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.arguments import output_file
 from harness.measure.paths import results_dir
 
 
@@ -69,5 +70,5 @@ def add_commands(sub) -> None:
                            description="Write a markdown table of every JSONL record file under the results folder: "
                                        "records, kinds, commits, dates and the command that wrote them.")
     index.add_argument("--root", type=Path, help="results folder (default ./results or $VK_RESULTS_DIR)")
-    index.add_argument("--out", type=Path, help="markdown file (default ROOT/FILES.md)")
+    index.add_argument("--out", type=output_file, help="markdown file (default ROOT/FILES.md)")
     index.set_defaults(func=cmd_index)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from harness.measure.environment import command_line, describe_environment
+from harness.measure.inputs import InputError, read_jsonl
 
 SCHEMA_VERSION = 1
 
@@ -42,18 +43,23 @@ def append_records(path: str | Path, records: Iterable[dict]) -> None:
             handle.flush()
 
 
-def read_records(path: str | Path) -> list[dict]:
-    """All records of a file; a line of another schema version raises with its number."""
+def read_records(path: str | Path, kind: str | None = None, *, flag: str = "records") -> list[dict]:
+    """All records of a file (of ``kind`` only, when given). A line that is not a record of this
+    schema version, a file with no record, or one with records of other kinds only is refused
+    (``InputError``, naming the file and the line)."""
     records = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        if record.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"{path}:{number}: schema_version {record.get('schema_version')!r}, "
-                             f"expected {SCHEMA_VERSION}")
+    for number, record in read_jsonl(path, flag):
+        if record.get("schema_version") != SCHEMA_VERSION or "kind" not in record:
+            raise InputError(f"{flag}: {path}:{number}: expected a vk record (schema_version {SCHEMA_VERSION} "
+                             f"and a kind), got schema_version {record.get('schema_version')!r}")
         records.append(record)
-    return records
+    if kind is None:
+        return records
+    kept = [r for r in records if r["kind"] == kind]
+    if not kept:
+        kinds = sorted({str(r["kind"]) for r in records})
+        raise InputError(f"{flag}: {path}: expected {kind} records, got only {', '.join(kinds)} records")
+    return kept
 
 
 def records_index(root: str | Path) -> list[dict]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.arguments import int_in, int_list_in, json_dict
+from harness.arguments import input_file, int_in, int_list_in, json_dict, prefix_lengths
+from harness.measure.inputs import check_output_dir, check_source_checkout
 from harness.measure.paths import default_optuna_storage
 from harness.predict.fitted import PARAMS_DIR, load_params, params_path
 
@@ -55,9 +56,6 @@ def cmd_predict(args) -> int:
     if args.check:
         from tabulate import tabulate
 
-        missing = [str(p) for p in args.check if not p.is_file()]
-        if missing:
-            raise SystemExit(f"vk predict: --check: no such file: {', '.join(missing)}")
         rows, overall = check_records(args.check, args.variant, args.arch, args.fitted_on)
         print(tabulate([(f"{r['prefix_len']:,}", r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
                          f"{r['predicted_best_vs_best']:.3f}", f"{r['median_abs_pct_error']:.1f}") for r in rows],
@@ -65,7 +63,11 @@ def cmd_predict(args) -> int:
         print(json.dumps(overall))
         return 0
     fitted = load_params(args.variant, args.fitted_on)
-    config = {**module.DEFAULT_CONFIGS.get(args.arch, module.DEFAULT_CONFIG), **(args.config or {})}
+    config = {**module.DEFAULT_CONFIGS.get(args.arch, module.DEFAULT_CONFIG)}
+    unknown = sorted(set(args.config or {}) - set(config))
+    if unknown:
+        raise SystemExit(f"vk predict: --config: unknown keys {unknown} for {args.variant}; expected {sorted(config)}")
+    config.update(args.config or {})
     problems = variants.optional(module, "config_problems")(config)
     if problems:
         raise SystemExit(f"vk predict: --config: {'; '.join(problems)}")
@@ -87,24 +89,28 @@ def cmd_predict_fit(args) -> int:
     from harness.measure.environment import git_commit
     from harness.measure.paths import results_dir
     from harness.predict.arch import load_arch
+    from verify_kernels import variants
     from harness.predict.fit import fit, measured_points, split_configs, validate
     from harness.predict.report import predicted_space, write_validation
 
     if bool(args.records) == bool(args.study):
         raise SystemExit("vk predict-fit: give --records (bench JSONL) or --study (a vk tune study), one of them")
+    try:
+        variants.load_variant(args.variant)
+        load_arch(args.fitted_on)
+        for target in args.predict_for or []:
+            load_arch(target)
+    except ValueError as error:
+        raise SystemExit(f"vk predict-fit: {error}") from None
+    if args.ship:
+        check_source_checkout("--ship")
     if args.study:
         from harness.predict.fit import study_points
 
         if args.study.split("|")[0] != args.variant:
             raise SystemExit(f"vk predict-fit: --study {args.study!r} is not a study of --variant {args.variant!r}")
-        try:
-            points = study_points(args.storage, args.study)
-        except (KeyError, ValueError) as error:
-            raise SystemExit(f"vk predict-fit: --study: {error}") from None
+        points = study_points(args.storage, args.study)
     else:
-        missing = [str(p) for p in args.records if not p.is_file()]
-        if missing:
-            raise SystemExit(f"vk predict-fit: --records: no such file: {', '.join(missing)}")
         points = measured_points(args.records, args.variant)
     if not points:
         raise SystemExit(f"vk predict-fit: no ok measurements of {args.variant!r} in the given records or study")
@@ -113,14 +119,23 @@ def cmd_predict_fit(args) -> int:
     fitted = fit(points, args.variant, arch, args.fitted_on, train, trials=args.trials)
     rows = validate(points, args.variant, arch, fitted["blocks"], fitted["params"], held_out)
     out_dir = results_dir() / "predict"
+    check_output_dir(out_dir, "results folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     record = {"variant": args.variant, "fitted_on": args.fitted_on, "params": fitted["params"],
               "train_loss_mean_squared_log": fitted["train_loss"], "training_points": fitted["training_points"],
               "records": [str(p) for p in args.records or []], "study": args.study,
               "storage": args.storage if args.study else None, "git_commit": git_commit().get("commit"),
               "train_configs": sorted(train), "held_out_configs": sorted(held_out), "validation": rows}
-    PARAMS_DIR.mkdir(exist_ok=True)
-    params_path(args.variant, args.fitted_on).write_text(yaml.safe_dump(record, sort_keys=False))
+    # The fit goes under results/ (never into the installed package); --ship copies it into the package.
+    fitted_path = out_dir / "params" / params_path(args.variant, args.fitted_on).name
+    fitted_path.parent.mkdir(parents=True, exist_ok=True)
+    fitted_path.write_text(yaml.safe_dump(record, sort_keys=False))
+    if args.ship:
+        import shutil
+
+        PARAMS_DIR.mkdir(exist_ok=True)
+        shutil.copyfile(fitted_path, params_path(args.variant, args.fitted_on))
+        print(f"shipped {params_path(args.variant, args.fitted_on)}: vk predict reads these parameters")
     markdown = write_validation(points, args.variant, arch, fitted, rows, held_out, out_dir, args.fitted_on)
     print(markdown.read_text())
     for target in args.predict_for or []:
@@ -134,7 +149,7 @@ def cmd_predict_fit(args) -> int:
             shipped = SHIPPED_TUNED_DIR / f"predicted-{target}.yaml"
             shutil.copyfile(out_dir / f"predicted-{target}.yaml", shipped)
             print(f"shipped {shipped}: variant='auto' on {target} without measured records reads it")
-    print(f"wrote {params_path(args.variant, args.fitted_on)} and {out_dir}; held-out configs: {len(held_out)}, "
+    print(f"wrote {fitted_path} and {out_dir}; held-out configs: {len(held_out)}, "
           f"training configs: {len(train)} (configs compared without kv_splits)")
     return 0
 
@@ -145,17 +160,17 @@ def add_commands(sub) -> None:
     predict.add_argument("--arch", default="sm_120", help="an arch spec in harness/predict/arch/")
     predict.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
     predict.add_argument("--config", type=json_dict, help="config overrides over the arch's default")
-    predict.add_argument("--prefix", type=int_list_in(0), default=[131072], help="prefix lengths L")
+    predict.add_argument("--prefix", type=prefix_lengths, default=[131072], help="prefix lengths L")
     predict.add_argument("--tree", type=int_list_in(1, 1024), default=[64], help="tree sizes T")
     predict.add_argument("--heads", type=int_list_in(1, 128), default=[8], help="heads H")
     predict.add_argument("--fitted-on", default="sm_90", help="the arch whose measurements fitted the parameters")
-    predict.add_argument("--check", type=Path, nargs="+", metavar="RECORDS",
+    predict.add_argument("--check", type=input_file, nargs="+", metavar="RECORDS",
                          help="bench JSONL files measured on --arch: report the predictor's error against them "
                               "(per shape: Spearman, predicted-best / best, median |%% error|) instead of predicting")
     predict.set_defaults(func=cmd_predict)
 
     fit = sub.add_parser("predict-fit", help="fit the predictor on records, validate on held-out configs")
-    fit.add_argument("--records", type=Path, nargs="+", help="bench JSONL files of one GPU")
+    fit.add_argument("--records", type=input_file, nargs="+", help="bench JSONL files of one GPU")
     fit.add_argument("--study", help="or a vk tune study's name (e.g. an exhaustive one) in --storage")
     fit.add_argument("--storage", default=default_optuna_storage(), help="the Optuna storage of --study")
     fit.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
@@ -163,5 +178,7 @@ def add_commands(sub) -> None:
     fit.add_argument("--predict-for", nargs="*", default=["sm_120"], help="archs whose search space to predict")
     fit.add_argument("--trials", type=int_in(1), default=400, help="Optuna trials of the fit")
     fit.add_argument("--ship", action="store_true",
-                     help="copy each predicted table into the package (verify_kernels/tuned/predicted-<arch>.yaml)")
+                     help="also copy the fitted parameters (harness/predict/params/) and each predicted table "
+                          "(verify_kernels/tuned/predicted-<arch>.yaml) into the package: from a source checkout only; "
+                          "without it everything goes under results/predict/")
     fit.set_defaults(func=cmd_predict_fit)

@@ -38,17 +38,25 @@ def blocks_per_sm(variant: str, arch: str, config: dict) -> int:
 
 
 def measured_points(paths: list[Path], variant: str) -> list[dict]:
-    """ok records of ``variant``: shape, resolved config (kv_splits as the launch chose it), median."""
+    """ok records of ``variant``: shape, resolved config (kv_splits as the launch chose it), median.
+    A record whose config is not the variant's current tunables (an older kernel's) is refused."""
+    from harness.measure.inputs import InputError
+    from harness.measure.records import read_records
+    from verify_kernels import variants
+
+    tunables = set(variants.load_variant(variant).DEFAULT_CONFIG)
     points = []
     for path in paths:
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
+        for index, record in enumerate(read_records(path, "bench", flag="records"), 1):
             if record.get("variant") != variant or record.get("status") != "ok":
                 continue
+            config = record.get("resolved_config") or {}
+            if set(config) != tunables:
+                raise InputError(f"records: {path}: bench record {index} of {variant}: its config has keys "
+                                 f"{sorted(config)}, the variant's tunables are {sorted(tunables)} (an older kernel?)")
             points.append({"prefix_len": record["prefix_len"], "tree_nodes": record["tree_nodes"],
                            "heads": record["heads"], "batch": record.get("batch", 1), "page_size": record["page_size"],
-                           "config": record["resolved_config"], "measured_ms": record["median_ms"],
-                           "source": path.name})
+                           "config": config, "measured_ms": record["median_ms"], "source": path.name})
     return points
 
 
@@ -58,10 +66,13 @@ def study_points(storage: str, study_name: str) -> list[dict]:
     applies on the fitted arch) and median."""
     import optuna
 
-    study = optuna.load_study(study_name=study_name, storage=storage)
+    from harness.measure.inputs import InputError
+    from harness.measure.optuna_storage import load_study
+
+    study = load_study(storage, study_name)
     key = study.user_attrs.get("key")
     if not key:
-        raise ValueError(f"study: {study_name!r} has no key attribute (not a vk tune study)")
+        raise InputError(f"--study: {study_name!r} has no key attribute (not a vk tune study)")
     return [{"prefix_len": key["prefix_len"], "tree_nodes": key["tree_nodes"], "heads": key["heads"], "batch": 1,
              "page_size": key["page_size"], "config": dict(trial.params), "measured_ms": trial.value,
              "source": study_name}

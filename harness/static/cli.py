@@ -15,7 +15,11 @@ def cmd_static(args) -> int:
     if args.variant and args.variant not in VARIANTS:
         raise SystemExit(f"vk static: --variant: unknown {args.variant!r}; the variants are {list(VARIANTS)}")
     names = [args.variant] if args.variant else list(VARIANTS)
+    for config in args.config or []:
+        check_config_keys(names, args.arch, config)
     if args.space:
+        if args.config:
+            raise SystemExit("vk static: --config: not with --space (the space is the search space's configs)")
         from harness.static.report import space_report
 
         print(space_report(names, args.arch, args.json))
@@ -29,6 +33,19 @@ def cmd_static(args) -> int:
     else:
         print(format_rows(rows))
     return 0 if all(r["feasible"] for r in rows) else 1
+
+
+def check_config_keys(names: list[str], archs: list[str], config: dict) -> None:
+    """A --config key no variant named knows is refused, as the API refuses it."""
+    from harness.static.resources import default_configs
+
+    known = set()
+    for name in names:
+        for arch in archs:
+            known |= set(default_configs(name, arch))
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise SystemExit(f"vk static: --config: unknown keys {unknown} for {', '.join(names)}; expected {sorted(known)}")
 
 
 def add_commands(sub) -> None:

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.arguments import float_at_least, int_in, int_list_in
+from harness.arguments import float_at_least, input_file, int_in, int_list_in, output_file, prefix_lengths, seed
+from harness.measure.inputs import check_source_checkout, read_yaml_mapping
 
 
 def needs_optuna(command: str) -> None:
@@ -31,8 +32,6 @@ def tuned_tables(args) -> list[tuple[str, Path]]:
     from harness.tune.study import TUNED_DIR
 
     if args.file:
-        if not args.file.is_file():
-            raise SystemExit(f"vk tuned: --file: no such file: {args.file}")
         return [("given", args.file)]
     shipped = sorted(SHIPPED_TUNED_DIR.glob("*.yaml"))
     return ([("measured", path) for path in sorted(TUNED_DIR.glob("*.yaml"))] +
@@ -40,14 +39,28 @@ def tuned_tables(args) -> list[tuple[str, Path]]:
             [("shipped, PREDICTED (not measured)", path) for path in shipped if path.name.startswith("predicted-")])
 
 
+WINNER_FIELDS = ("variant", "l_bucket", "tree_nodes", "heads", "page_size", "config")
+
+
+def read_winners(path: Path, flag: str) -> dict:
+    """A winners table (``vk tune``'s or a predicted one): a YAML mapping of study name -> record, each
+    with WINNER_FIELDS; anything else is refused naming the file and the entry."""
+    table = read_yaml_mapping(path, flag, allow_empty=True)
+    for name, record in table.items():
+        missing = [f for f in WINNER_FIELDS if not isinstance(record, dict) or f not in record]
+        if missing:
+            raise SystemExit(f"vk tuned: {flag}: {path}: entry {str(name)[:60]!r} is not a winner record "
+                             f"(missing {', '.join(missing)})")
+    return table
+
+
 def compare_tables(first: Path, second: Path) -> list[dict]:
     """Per key (variant, L bucket, T, H, page size) present in both tables: each one's winner, its time
     (measured, proxy or predicted, as the record says) and the config keys where they differ."""
-    import yaml
 
     def by_key(path: Path) -> dict:
         out = {}
-        for record in (yaml.safe_load(path.read_text()) or {}).values():
+        for record in read_winners(path, "--compare").values():
             key = (record["variant"], record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"])
             out[key] = record
         return out
@@ -82,9 +95,6 @@ def cmd_tuned(args) -> int:
 
         from tabulate import tabulate
 
-        missing = [str(p) for p in args.compare if not p.is_file()]
-        if missing:
-            raise SystemExit(f"vk tuned: --compare: no such file: {', '.join(missing)}")
         rows = compare_tables(*args.compare)
         if not rows:
             raise SystemExit("vk tuned: --compare: the two tables share no key (variant, L bucket, T, H, page size)")
@@ -99,9 +109,16 @@ def cmd_tuned(args) -> int:
             print(json.dumps(rows))
         return 0
     tables = tuned_tables(args)
+    if args.json and not args.compare:
+        raise SystemExit("vk tuned: --json: only with --compare")
     if args.publish:
         if args.file is None:
             raise SystemExit("vk tuned: --publish needs --file, the measured table to ship (results/tuned/<gpu>.yaml)")
+        check_source_checkout("--publish")
+        problems = publish_problems(read_winners(args.file, "--file"))
+        if problems:
+            raise SystemExit(f"vk tuned: --publish: {args.file}: {problems[0]}"
+                             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         stale = check_winners(args.file)
         if stale:
             print("\n".join(stale))
@@ -120,8 +137,25 @@ def cmd_tuned(args) -> int:
         print("no tuned tables: `vk tune` writes results/tuned/<gpu>.yaml; `vk tuned --publish --file ...` ships one")
     for kind, path in tables:
         print(f"# {kind}: {path}")
-        print(yaml.safe_dump(yaml.safe_load(path.read_text()) or {}, sort_keys=True))
+        table = read_winners(path, "--file" if kind == "given" else "table")
+        if kind == "given" and not table:
+            raise SystemExit(f"vk tuned: --file: {path}: expected winner records, got an empty table")
+        print(yaml.safe_dump(table, sort_keys=True))
     return 0
+
+
+def publish_problems(table: dict) -> list[str]:
+    """Why a table may not be shipped as what ``variant="auto"`` runs: it must hold measured records
+    (a median from a real GPU: not predicted, not VK_TUNE_FAKE's fake costs)."""
+    if not table:
+        return ["the table is empty"]
+    problems = []
+    for name, record in table.items():
+        if record.get("predicted"):
+            problems.append(f"{name}: a predicted record (vk predict-fit --ship ships those)")
+        elif str(record.get("gpu", "")).startswith("fake-") or not isinstance(record.get("median_ms"), (int, float)):
+            problems.append(f"{name}: not a measurement (gpu {record.get('gpu')!r}, median_ms {record.get('median_ms')!r})")
+    return problems
 
 
 def cmd_tune_quality(args) -> int:
@@ -141,7 +175,7 @@ def add_commands(sub) -> None:
     tune = sub.add_parser("tune", help="Optuna over the statically feasible space, one study per key")
     tune.add_argument("--variants", nargs="+", default=["triton_splitkv", "cuda_coalesced", "cuda_ws"],
                       help="variants with a search space")
-    tune.add_argument("--prefix", type=int_list_in(0), default=[4096, 32768, 131072], help="prefix lengths L, one key per L bucket")
+    tune.add_argument("--prefix", type=prefix_lengths, default=[4096, 32768, 131072], help="prefix lengths L, one key per L bucket")
     tune.add_argument("--tree", type=int_list_in(1, 1024), default=[16, 64, 256], help="tree sizes T")
     tune.add_argument("--heads", type=int_list_in(1, 128), default=[8], help="heads H")
     tune.add_argument("--page-size", type=int_in(1), default=64, help="KV pool page size")
@@ -160,7 +194,7 @@ def add_commands(sub) -> None:
                            "no GPU; winners into results/predict/predicted-<arch>.yaml, predicted: true")
     tune.add_argument("--fitted-on", default="sm_90", help="with --objective predicted: the arch whose "
                                                             "measurements fitted the predictor's parameters")
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--seed", type=seed, default=0)
     tune.add_argument("--trial-timeout", type=float_at_least(0, strict=True), default=180.0, help="seconds before a trial counts as hung")
     tune.add_argument("--rep-ms", type=float_at_least(0, strict=True), default=100.0, help="time budget of timed calls per trial")
     tune.add_argument("--timing", choices=["events", "graph"], default="events",
@@ -168,7 +202,7 @@ def add_commands(sub) -> None:
                            "the kernel's); graph: CUDA-graph replay, the kernels alone (how the decode runs them)")
     tune.add_argument("--exhaustive", action="store_true",
                       help="measure every feasible config once (study '<key>|exhaustive'), for vk tune-quality")
-    tune.add_argument("--winners", type=Path, help="winners YAML (default results/tuned/<gpu-sku>.yaml)")
+    tune.add_argument("--winners", type=output_file, help="winners YAML (default results/tuned/<gpu-sku>.yaml)")
     tune.add_argument("--no-compile", action="store_true",
                       help="static model without the compiler: constraints and kernel rules only")
     tune.add_argument("--worker-only", action="store_true", help=argparse.SUPPRESS)
@@ -179,8 +213,8 @@ def add_commands(sub) -> None:
                            description="Show the tuned winner tables: those vk tune measured under results/tuned/ and "
                                        "those the package ships for variant='auto' (verify_kernels/tuned/).")
     tuned.add_argument("--check", action="store_true", help="exit 1 when a record's kernel source hash is stale")
-    tuned.add_argument("--file", type=Path, help="one table instead of all of them")
-    tuned.add_argument("--compare", type=Path, nargs=2, metavar=("FIRST", "SECOND"),
+    tuned.add_argument("--file", type=input_file, help="one table instead of all of them")
+    tuned.add_argument("--compare", type=input_file, nargs=2, metavar=("FIRST", "SECOND"),
                        help="per shared key, the two tables' winners side by side: e.g. a proxy table "
                             "(vk tune --constrain-to sm_120) against the predicted one (predicted-sm_120.yaml)")
     tuned.add_argument("--json", action="store_true", help="with --compare: also print the rows as JSON")
@@ -193,5 +227,5 @@ def add_commands(sub) -> None:
     quality.add_argument("--study", required=True, help="a study holding an exhaustive measurement of one key")
     quality.add_argument("--seeds", type=int_in(1), default=5, help="TPE replays, one per seed")
     quality.add_argument("--within", type=float_at_least(0), default=0.03, help="how close to the best counts as reaching it (fraction)")
-    quality.add_argument("--plot", help="write the best-so-far figure (PNG) here")
+    quality.add_argument("--plot", type=output_file, help="write the best-so-far figure (PNG) here")
     quality.set_defaults(func=cmd_tune_quality)

@@ -16,7 +16,10 @@ import statistics
 def measured_table(storage: str, study_name: str) -> tuple[dict[str, float], dict[str, list]]:
     import optuna
 
-    study = optuna.load_study(study_name=study_name, storage=storage)
+    from harness.measure.inputs import InputError
+    from harness.measure.optuna_storage import load_study
+
+    study = load_study(storage, study_name)
     table, values = {}, {}
     for trial in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
         table[json.dumps(trial.params, sort_keys=True)] = trial.value
@@ -25,7 +28,7 @@ def measured_table(storage: str, study_name: str) -> tuple[dict[str, float], dic
             if value not in values[name]:
                 values[name].append(value)
     if not table:
-        raise ValueError(f"study {study_name!r} has no completed trials")
+        raise InputError(f"--study: {study_name!r} has no completed trials")
     return table, values
 
 
@@ -70,10 +73,10 @@ def trials_to_reach(storage: str, study_name: str, *, seeds: int = 5, within: fl
 
 def plot_quality(result: dict, path) -> None:
     """Best-so-far latency against measured trials, one line per seed, with the 3% band."""
-    from harness.measure.figures import saved_figure
+    from harness.measure.figures import finish, saved_figure
 
     best = result["best_ms"]
-    with saved_figure(path) as axis:
+    with saved_figure(path) as (figure, axis):
         for seed, curve in enumerate(result["best_so_far_ms"]):
             axis.step(range(1, len(curve) + 1), curve, where="post", label=f"seed {seed}")
         axis.axhspan(best, best * (1 + result["within"]), color="green", alpha=0.15,
@@ -82,7 +85,7 @@ def plot_quality(result: dict, path) -> None:
         axis.set_xlabel(f"measured configs (space: {result['space_size']})")
         axis.set_ylabel("best latency so far (ms)")
         axis.set_title(f"TPE against exhaustive: median {result['median_trials']} trials", fontsize=10)
-        axis.legend(fontsize=8)
+        finish(figure, [axis])
 
 
 def format_quality(result: dict) -> str:

@@ -28,6 +28,10 @@ def run_tune(args, argv: list[str]) -> int:
 
     from harness.tune.study import DEFAULT_STORAGE, neighbour_winners, save_winner, tune_key, winner_record, winners_path
 
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # the tables below say what happened; one line per refusal
+    check_tune_inputs(args)
     if args.objective == "predicted":
         from harness.tune.predicted import run_predicted_tune
 
@@ -74,6 +78,23 @@ def run_tune(args, argv: list[str]) -> int:
                                       "failed", "config"]))
         print(f"\nwinners in {path}; storage {storage}")
     return 0
+
+
+def check_tune_inputs(args) -> None:
+    """Refuse what no key could run, before a worker, a GPU or a study is touched: unknown variants,
+    a page size none of them runs, a storage that cannot be opened."""
+    from harness.measure.optuna_storage import open_storage
+    from harness.measure.paths import default_optuna_storage
+    from verify_kernels import variants
+
+    unknown = sorted(set(args.variants) - set(variants.VARIANTS))
+    if unknown:
+        raise SystemExit(f"vk tune: --variants: unknown {unknown}; expected some of {sorted(variants.VARIANTS)}")
+    for name in args.variants:
+        pages = variants.load_variant(name).PAGE_SIZES
+        if args.page_size not in pages:
+            raise SystemExit(f"vk tune: --page-size: {name} runs page sizes {list(pages)}, got {args.page_size}")
+    open_storage(args.storage or default_optuna_storage())  # StorageError: one line, at once
 
 
 def proxy_label(sku: str, arch: str) -> str:

@@ -21,15 +21,19 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.measure.inputs import read_yaml_mapping
 from harness.measure.paths import default_optuna_storage, results_dir
 from harness.measure.environment import describe_environment, gpu_sku, source_hash
 from harness.static.space import Candidate, kernel_source_hash, load_space, static_feasibility
 from harness.static.space import candidates as search_candidates
+from harness.measure.optuna_storage import open_storage, reap_interrupted, requeue, worker_identity
 from harness.tune.trial_process import TrialProcess
+from verify_kernels.variants import VARIANTS
 
 TUNED_DIR = results_dir() / "tuned"
 DEFAULT_STORAGE = default_optuna_storage()
@@ -78,30 +82,6 @@ def _same_config(study, config: dict, state, exclude: int | None = None):
     return None
 
 
-HEARTBEAT_S = 30
-GRACE_S = 120
-
-
-def open_storage(url: str):
-    """An Optuna storage for ``url``: a database URL (sqlite, postgresql, mysql) or
-    ``journal:///path/to/file.log`` (Optuna's JournalStorage on a file, for many workers on a
-    shared file system). Database URLs get a heartbeat: a trial left RUNNING by a killed worker is
-    failed after GRACE_S and retried once by the next run."""
-    import optuna
-
-    if url.startswith("journal://"):
-        from optuna.storages.journal import JournalFileBackend
-
-        path = url.removeprefix("journal://")
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(path))
-    if url.split(":", 1)[0].split("+")[0] in ("sqlite", "postgresql", "mysql"):
-        return optuna.storages.RDBStorage(
-            url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S,
-            failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=1))
-    return url
-
-
 def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], rejected: dict[str, str], *,
                    timeout_s: float, rep_ms: float, worker: TrialProcess | None, timing: str = "events",
                    evaluator=None):
@@ -133,8 +113,14 @@ def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], re
                 if name in earlier.user_attrs:
                     trial.set_user_attr(name, earlier.user_attrs[name])
             return earlier.value
-        result = (evaluator(config) if evaluator is not None
-                  else evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker, timing=timing))
+        trial.set_user_attr("worker", worker_identity())  # a later run reaps it if this process dies
+        try:
+            result = (evaluator(config) if evaluator is not None
+                      else evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker, timing=timing))
+        except KeyboardInterrupt:  # Ctrl-C: not a result; measured again by the next run, not counted
+            trial.set_user_attr("interrupted", "KeyboardInterrupt")
+            requeue(trial.study, config)
+            raise
         for name, value in result.items():
             trial.set_user_attr(name, value)
         if result.get("status") != "ok":
@@ -183,7 +169,9 @@ def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minut
     if not feasible:
         raise ValueError(f"{key.variant} on {arch}: no statically feasible config in the search space")
     name = key.study_name + ("|exhaustive" if exhaustive else "")
-    study = open_study(name, open_storage(storage), seed, kernel_source_hash(key.variant), timing)
+    opened = open_storage(storage)
+    study = open_study(name, opened, seed, kernel_source_hash(key.variant), timing)
+    reap_interrupted(study, opened)  # trials a killed run left RUNNING: failed, queued again, not counted
     study.set_user_attr("key", asdict(key))
     study.set_user_attr("arch", arch)
     if not study.trials:
@@ -198,7 +186,9 @@ def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minut
     stop = _StopAfterMeasured(budget, max_proposals=None if budget is None else PROPOSALS_PER_TRIAL * budget)
     if stop.reached(study):
         return study
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Failed trials are recorded with their reason (invalidity, reason); Optuna's own log of them would
+    # print a traceback per trial, and one for a Ctrl-C.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     with (TrialProcess() if evaluator is None else contextlib.nullcontext()) as worker:
         objective = make_objective(key, space, feasible, rejected, timeout_s=timeout_s, rep_ms=rep_ms,
                                    worker=worker, timing=timing, evaluator=evaluator)
@@ -244,13 +234,15 @@ PROPOSALS_PER_TRIAL = 50  # bounds a run whose sampler keeps proposing infeasibl
 
 
 def measured_trials(study) -> int:
-    """Configs measured (or being measured) in the study: pruned proposals and duplicates are free."""
+    """Configs measured (or being measured) in the study: pruned proposals, duplicates and trials
+    that an interruption cut short (failed with no ``invalidity``; queued again) are free."""
     import optuna
 
     TrialState = optuna.trial.TrialState
     return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
                                                                     TrialState.RUNNING))
-               if "duplicate_of" not in t.user_attrs)
+               if "duplicate_of" not in t.user_attrs
+               and (t.state != TrialState.FAIL or "invalidity" in t.user_attrs))
 
 
 class _StopAfterMeasured:
@@ -298,23 +290,30 @@ def winners_path(sku: str | None = None) -> Path:
 
 
 def save_winner(record: dict, path: Path) -> None:
+    """Add (or replace) one study's winner in the table at ``path``. Many processes may write one
+    table together: a lock file beside it serialises the read-modify-write, and the table is
+    replaced atomically, so no writer loses another's row and a killed writer leaves the old table."""
     import yaml
+    from filelock import FileLock
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    winners = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
-    winners[record["study"]] = record
-    path.write_text(yaml.safe_dump(winners, sort_keys=True))
+    with FileLock(str(path) + ".lock"):
+        winners = read_yaml_mapping(path, "--winners", allow_empty=True) if path.exists() else {}
+        winners[record["study"]] = record
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(yaml.safe_dump(winners, sort_keys=True))
+        os.replace(temporary, path)
 
 
 def neighbour_winners(path: Path, key: TuneKey) -> list[dict]:
     """Winners of the same variant, T, H, page size and dtype at other L buckets, nearest first."""
-    import yaml
-
     if not path.exists():
         return []
-    winners = yaml.safe_load(path.read_text()) or {}
-    same = [w for w in winners.values() if (w["variant"], w["tree_nodes"], w["heads"], w["page_size"], w["dtype"]) ==
-            (key.variant, key.tree_nodes, key.heads, key.page_size, key.dtype) and w["l_bucket"] != key.l_bucket]
+    wanted = (key.variant, key.tree_nodes, key.heads, key.page_size, key.dtype)
+    fields = ("variant", "tree_nodes", "heads", "page_size", "dtype")
+    same = [w for w in read_yaml_mapping(path, "--winners", allow_empty=True).values()
+            if isinstance(w, dict) and tuple(w.get(f) for f in fields) == wanted and "config" in w
+            and w.get("l_bucket") not in (None, key.l_bucket)]
     same.sort(key=lambda w: abs(math.log2(w["l_bucket"]) - math.log2(key.l_bucket)))
     return [w["config"] for w in same[:1]]
 
@@ -334,12 +333,13 @@ def publish_winners(path: Path) -> Path:
 
 def check_winners(path: Path) -> list[str]:
     """Stale records: those whose variant's kernel sources changed since they were measured."""
-    import yaml
-
     if not path.exists():
         return [f"{path}: no tuned records"]
     stale = []
-    for name, record in (yaml.safe_load(path.read_text()) or {}).items():
+    for name, record in read_yaml_mapping(path, "table", allow_empty=True).items():
+        if not isinstance(record, dict) or record.get("variant") not in VARIANTS:
+            stale.append(f"{name}: not a winner record of a known variant")
+            continue
         current = kernel_source_hash(record["variant"])
         if record.get("kernel_source_hash") != current:
             stale.append(f"{name}: kernel source hash {record.get('kernel_source_hash')} != current {current}")

@@ -31,7 +31,11 @@ class TrialProcess:
         path = os.pathsep.join(filter(None, [str(LIBRARY_DIR.parent), os.environ.get("PYTHONPATH")]))  # where harness is
         self._process = subprocess.Popen([sys.executable, "-m", "harness.tune.worker"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                         text=True, env={**os.environ, "PYTHONPATH": path})
+                                         text=True, env={**os.environ, "PYTHONPATH": path},
+                                         # its own session: a terminal's Ctrl-C interrupts the tune, which
+                                         # re-queues the trial; it must not kill the worker first and look
+                                         # like a config that crashed it (the worker exits on stdin's end)
+                                         start_new_session=True)
 
     def _stderr_tail(self) -> str:
         self._stderr.seek(0)

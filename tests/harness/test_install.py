@@ -2,6 +2,8 @@
 finds the tuned table shipped in the package. CPU only; the repository's own dependencies
 (torch, triton, ...) are reused, so nothing is downloaded."""
 
+import hashlib
+import os
 import shutil
 import site
 import subprocess
@@ -40,9 +42,25 @@ def installed(tmp_path_factory):
 
 
 def _run(installed, *args):
+    """A command of the installed copy, in a folder outside the checkout, writing under its ./results."""
     venv, work = installed
+    env = {k: v for k, v in os.environ.items() if k != "VK_RESULTS_DIR"}
     return subprocess.run([str(venv / "bin" / args[0]), *args[1:]], cwd=work, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, env=env)
+
+
+def _package_files(installed) -> dict[str, str]:
+    """Every file of the installed package, by path, with its content hash."""
+    venv, _ = installed
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", "import harness, verify_kernels; "
+                           "print(harness.__path__[0]); print(verify_kernels.__path__[0])"],
+                          capture_output=True, text=True, check=True)
+    files = {}
+    for folder in done.stdout.split():
+        for path in sorted(Path(folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                files[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return files
 
 
 def test_the_installed_copy_is_the_one_imported(installed):
@@ -58,7 +76,16 @@ def test_vk_check_static_and_tuned_run_from_another_directory(installed):
     assert check.returncode == 0 and "passed, 0 failed" in check.stdout, check.stdout[-1500:] + check.stderr[-1500:]
     static = _run(installed, "vk", "static", "--space", "--arch", "sm_120")
     assert static.returncode == 0, static.stderr[-1500:]
-    assert "triton_splitkv  sm_120           240          35" in static.stdout, static.stdout[-800:]
+    # The checkout's own count under this environment's Triton (which allocates registers its own way,
+    # so the feasible count depends on its version): the installed copy must agree with it.
+    here = subprocess.run([sys.executable, "-m", "harness", "static", "--space", "--arch", "sm_120"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    def summary(stdout: str) -> list[list[str]]:  # the closing table: variant, arch, candidates, feasible, spills
+        return [f for f in (line.split() for line in stdout.splitlines()) if len(f) == 5 and f[2].isdigit()]
+
+    (expected,) = [row for row in summary(here.stdout) if row[0] == "triton_splitkv"]
+    assert expected[1] == "sm_120" and int(expected[3]) > 0, here.stdout[-800:]
+    assert expected in summary(static.stdout), static.stdout[-800:]
     tuned = _run(installed, "vk", "tuned")
     assert tuned.returncode == 0 and "# shipped:" in tuned.stdout and "site-packages" in tuned.stdout, tuned.stdout[:500]
 
@@ -71,3 +98,20 @@ def test_auto_finds_the_shipped_table(installed):
     assert done.returncode == 0, done.stderr
     folder, count = done.stdout.split()
     assert "site-packages" in folder and int(count) > 0
+
+
+def test_commands_never_write_into_the_installed_package(installed):
+    """vk predict-fit writes its fit under ./results/predict (not site-packages); --ship and
+    vk tuned --publish, which write into the package, refuse an installed copy."""
+    _, work = installed
+    before = _package_files(installed)
+    records = str(ROOT / "results" / "bench" / "cuda_ws-side-by-side-nvidia-h200.jsonl")
+    fit = _run(installed, "vk", "predict-fit", "--records", records, "--trials", "3", "--predict-for")
+    assert fit.returncode == 0, fit.stderr[-1500:]
+    assert (work / "results" / "predict" / "params" / "cuda_ws-sm_90.yaml").is_file()
+    ship = _run(installed, "vk", "predict-fit", "--records", records, "--trials", "3", "--ship")
+    assert ship.returncode == 2 and "not a source checkout" in ship.stderr, ship.stderr[-800:]
+    table = str(ROOT / "verify_kernels" / "tuned" / "nvidia-h200.yaml")
+    publish = _run(installed, "vk", "tuned", "--publish", "--file", table)
+    assert publish.returncode == 2 and "not a source checkout" in publish.stderr, publish.stderr[-800:]
+    assert _package_files(installed) == before

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import trees
+from .. import contract, trees
 from ..problem import VerifyProblem
 
 HEAD_DIM = 576
@@ -41,6 +41,7 @@ def from_extend_attention(q_extend: torch.Tensor, k_buffer: torch.Tensor, qo_ind
         raise ValueError(f"q_extend: expected [tokens, heads, {HEAD_DIM}], got {tuple(q_extend.shape)}")
     if k_buffer.dim() not in (2, 3) or k_buffer.shape[-1] != HEAD_DIM or (k_buffer.dim() == 3 and k_buffer.shape[1] != 1):
         raise ValueError(f"k_buffer: expected the MLA latent pool [slots, 1, {HEAD_DIM}], got {tuple(k_buffer.shape)}")
+    contract.check_pool_layout("k_buffer", k_buffer)  # the problem shares the pool, never copies it
     tree_sizes = (qo_indptr[1:] - qo_indptr[:-1]).tolist()
     prefix_lens = (kv_indptr[1:] - kv_indptr[:-1]).tolist()
     if len(set(tree_sizes)) != 1 or tree_sizes[0] < 1:
@@ -63,7 +64,7 @@ def from_extend_attention(q_extend: torch.Tensor, k_buffer: torch.Tensor, qo_ind
         if custom_mask.shape[0] < first + nodes * width:
             raise ValueError(f"custom_mask: request {b} needs entries [{first}, {first + nodes * width}), "
                              f"the mask has {custom_mask.shape[0]}")
-        block = custom_mask[first:first + nodes * width].view(nodes, width).bool()
+        block = custom_mask[first:first + nodes * width].reshape(nodes, width).bool()
         if not block[:, :prefix].all():
             row = int((~block[:, :prefix]).any(1).nonzero()[0])
             raise ValueError(f"custom_mask: request {b} tree token {row} does not see its whole prefix "
@@ -77,7 +78,7 @@ def from_extend_attention(q_extend: torch.Tensor, k_buffer: torch.Tensor, qo_ind
     if (block_table.to(torch.int64) >= k_buffer.shape[0]).any() or (block_table < 0).any():
         raise ValueError(f"kv_indices / out_cache_loc: slots must lie in the pool [0, {k_buffer.shape[0]})")
     return VerifyProblem(
-        q=q_extend.view(batch, nodes, heads, HEAD_DIM), kv_cache=k_buffer.view(-1, 1, HEAD_DIM),
+        q=q_extend.reshape(batch, nodes, heads, HEAD_DIM), kv_cache=k_buffer.view(-1, 1, HEAD_DIM),
         block_table=block_table, prefix_lens=torch.tensor(prefix_lens, dtype=torch.int32, device=device),
         tree_mask=tree_mask, parents=trees.mask_to_parents(tree_mask),
         sm_scale=float(sm_scale) if sm_scale is not None else HEAD_DIM ** -0.5, v_dim=v_dim, seed=0,

@@ -61,10 +61,11 @@ def test_killed_run_resumes_without_losing_trials(tmp_path, fake_env):
     after = _finished(storage)
     for number, value in before.items():
         assert after[number] == value, f"trial {number} changed or vanished after the resume"
-    # The trial in flight when the first run was killed stays RUNNING until the heartbeat's grace
-    # period fails it (and a later run retries it); every other trial finished.
+    # The trial in flight when the first run was killed was reaped by the resume (its process is gone),
+    # failed as interrupted and measured again: no trial is left RUNNING and the budget is met.
     states = [t.state for t in _trials(storage)]
-    assert len(states) >= 14 and states.count(optuna.trial.TrialState.RUNNING) <= 1
+    assert len(states) >= 14 and states.count(optuna.trial.TrialState.RUNNING) == 0
+    assert tune.measured_trials(optuna.load_study(study_name=KEY.study_name, storage=tune.open_storage(storage))) == 14
     winners = (tmp_path / "winners.yaml").read_text()
     assert KEY.study_name in winners and "speedup_over_default" in winners
 
@@ -225,22 +226,6 @@ def test_workers_on_journal_storage(tmp_path, fake_env):
     study = optuna.load_study(study_name=KEY.study_name, storage=tune.open_storage(journal))
     assert 8 <= tune.measured_trials(study) <= 10
     assert KEY.study_name in (tmp_path / "winners.yaml").read_text()
-
-
-@pytest.mark.skipif(not os.environ.get("VK_TEST_POSTGRES_URL"),
-                    reason="set VK_TEST_POSTGRES_URL to a PostgreSQL database (and install psycopg2) to run")
-def test_workers_on_postgresql(tmp_path, fake_env):
-    """The same two-worker run pointed at a PostgreSQL storage URL."""
-    url = os.environ["VK_TEST_POSTGRES_URL"]
-    name = "triton_splitkv|fake-cpu|L4096|T16|H8|ps64|bfloat16"
-    try:
-        optuna.delete_study(study_name=name, storage=url)
-    except KeyError:
-        pass
-    argv = [a if not a.startswith("sqlite:///") else url for a in _vk_tune(tmp_path, "--trials", "8", "--workers", "2")]
-    completed = subprocess.run(argv, env=fake_env, capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-2000:]
-    assert 8 <= tune.measured_trials(optuna.load_study(study_name=name, storage=url)) <= 10
 
 
 def test_one_worker_process_serves_many_trials(fake_env, monkeypatch):
