@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from harness.measure.inputs import InputError, check_input_file, check_output_dir, check_output_file
+from harness.measure.inputs import InputError, check_output_dir, check_output_file
 
 
 def int_list(text: str) -> list[int]:
@@ -67,11 +67,11 @@ def _argument_type(check, name: str):
     return parse
 
 
-# Paths checked when the flag is parsed: a file that can be written (not a folder, its folder
-# writable or creatable), a folder that can be, a file that exists.
+# Output paths checked when the flag is parsed: a file that can be written (not a folder, its folder
+# writable or creatable), a folder that can be. Input files are checked where they are read
+# (harness/measure/inputs.py), so a command line that names a file an earlier command writes parses.
 output_file = _argument_type(check_output_file, "output file")
 output_dir = _argument_type(check_output_dir, "output folder")
-input_file = _argument_type(check_input_file, "input file")
 
 # Prefix lengths a flag takes: 4M tokens is a 4.8 GB bf16 pool of 576-wide rows, past every MLA model's
 # context; a larger number is a typo, refused before a pool is allocated.

@@ -32,7 +32,7 @@ import torch
 
 from .contract import ProblemShape
 from .cupy_launch import check_config, compiled_functions, external_stream, unsupported_cuda_reason
-from .split_combine import launch_combine, partial_buffers
+from .split_combine import fixed_plan, launch_combine, partial_buffers
 from .splits import with_kv_splits
 
 SOURCE = Path(__file__).parent / "cuda" / "verify_ws.cu"
@@ -166,7 +166,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     shared = smem_bytes(config)
     if kernel.max_dynamic_shared_size_bytes < shared:
         kernel.max_dynamic_shared_size_bytes = shared
-    partial_out, partial_lse = partial_buffers(out, kv_splits)
+    partial_out, partial_lse = partial_buffers(out, batch * kv_splits) if kv_splits > 1 else (out, out)
     i32, i64, ptr = np.int32, np.int64, np.uint64
     stream = external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
     with cupy.cuda.Device(device_index):
@@ -181,7 +181,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
             np.float32(sm_scale * math.log2(math.e)), ptr(_zero_row(q.dtype, device_index).data_ptr()),
         ), shared_mem=shared, stream=stream)
     if kv_splits > 1:
-        launch_combine(partial_out, partial_lse, out, kv_splits)
+        launch_combine(partial_out, partial_lse, fixed_plan(batch, kv_splits, out.device), out, batch * kv_splits)
 
 
 def tile_work(config: dict) -> dict:

@@ -47,6 +47,21 @@ def pool_rows(table, tile_start, seq_len, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.c
     return page.to(gl.int64) * PAGE_SIZE + positions % PAGE_SIZE
 
 
+@gluon.jit
+def plan_unit(Plan, unit, B, B_POW2: gl.constexpr, num_warps: gl.constexpr):
+    """verify_kernels/planner.py's ``unit_of`` for Gluon kernels (the plan's layout is documented
+    there): (request, first position, chunk, splits of the request, units in the plan); request is
+    clamped to B - 1 past the plan, where the caller runs no tile."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    b = gl.arange(0, B_POW2, layout=layout)
+    ends = gl.load(Plan + 1 + b, mask=b < B, other=2147483647)
+    request = gl.minimum(gl.sum((ends <= unit).to(gl.int32), 0), B - 1)
+    first_unit = gl.load(Plan + request)
+    splits = gl.load(Plan + request + 1) - first_unit
+    chunk = gl.load(Plan + B + 1)
+    return request, (unit - first_unit) * chunk, chunk, splits, gl.load(Plan + B)
+
+
 def unsupported_reason(shape: ProblemShape) -> str | None:
     if shape.device.type != "cuda":
         return f"needs a CUDA Hopper GPU (wgmma, sm_90), got {shape.device}"

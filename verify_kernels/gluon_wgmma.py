@@ -179,7 +179,7 @@ def _wgmma_verify_kernel(
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
     """Launch the wgmma kernel (and the shared combine when kv_splits > 1); ``out`` written in place."""
-    from .split_combine import launch_combine, partial_buffers
+    from .split_combine import fixed_plan, launch_combine, partial_buffers
 
     batch, tree_nodes, heads, head_dim = q.shape
     rows = tree_nodes * heads
@@ -187,7 +187,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     page_size = kv_cache.shape[1]
     capacity = block_table.shape[1] * page_size
     split_len = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
-    partial_out, partial_lse = partial_buffers(out, kv_splits)
+    partial_out, partial_lse = partial_buffers(out, batch * kv_splits) if kv_splits > 1 else (out, out)
     grid = (triton.cdiv(rows, BLOCK_M), kv_splits, batch)
     _wgmma_verify_kernel[grid](
         q, kv_cache, block_table, prefix_lens, tree_mask, partial_out, partial_lse, out,
@@ -201,7 +201,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         num_warps=NUM_WARPS,
     )
     if kv_splits > 1:
-        launch_combine(partial_out, partial_lse, out, kv_splits)
+        launch_combine(partial_out, partial_lse, fixed_plan(batch, kv_splits, out.device), out, batch * kv_splits)
 
 
 def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree_nodes: int = 64, heads: int = 8,

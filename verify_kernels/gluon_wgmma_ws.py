@@ -24,7 +24,8 @@ thread, and the TMA byte count), kv_free[stage] (both warpgroups done with a sta
 hand-off), sums_ready (the final row sums for warpgroup 1's normalisation).
 
 Positions past the sequence are clamped to its last row when copied and masked to -inf in S; rows
-past T x H are clamped and not stored. kv_splits and the combine are shared with triton_splitkv.
+past T x H are clamped and not stored. The plan (planner.py: units of near-equal work over the
+batch, made on the device) and the combine are shared with triton_splitkv.
 Hopper only (sm_90); the CPU suite compiles it for sm_90, the GPU suite checks it against the oracle.
 """
 
@@ -41,9 +42,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from . import planner
 from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE,
-                           DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, complete_config, copy_rows, cta_barrier,
-                           pool_rows, tma_async_load, unsupported_reason)
+                           DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, copy_rows, cta_barrier, plan_unit, pool_rows,
+                           tma_async_load, unsupported_reason)
+from .splits import MAX_KV_SPLITS, sm_count
 
 # The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma comes from gluon_common.
 __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRETABLE", "DEFAULT_CONFIG",
@@ -109,22 +112,22 @@ def _softmax_tile(s, m_i, l_i, scale_log2, tile_start, prefix_len, seq_len, mask
 
 
 @gluon.jit
-def _store_half(acc, sums, m_i, half, row_block, split, request, num_rows, H, Out, PartialOut, PartialLse,
-                stride_ob, stride_ot, stride_oh, WRITE_LSE: gl.constexpr, KV_SPLITS: gl.constexpr,
-                DV: gl.constexpr, o_layout: gl.constexpr):
-    """Normalise and store output columns [half * DV/2, +DV/2) of the block (and the LSE once)."""
+def _store_half(acc, sums, m_i, half, row_block, unit, splits, request, num_rows, H, Out, PartialOut, PartialLse,
+                stride_ob, stride_ot, stride_oh, WRITE_LSE: gl.constexpr, DV: gl.constexpr, o_layout: gl.constexpr):
+    """Normalise and store output columns [half * DV/2, +DV/2) of the block (and the LSE once): into
+    ``out`` when the request has one unit, else into the unit's partial rows."""
     BLOCK_M: gl.constexpr = 64
     has_mass = sums > 0
     out_tile = acc / gl.expand_dims(gl.where(has_mass, sums, 1.0), 1)
     rows_o = row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
     cols_o = half * (DV // 2) + gl.arange(0, DV // 2, layout=gl.SliceLayout(0, o_layout))
     row_valid = gl.expand_dims(rows_o < num_rows, 1)
-    if KV_SPLITS == 1:
+    if splits == 1:
         out_row = request * stride_ob + (rows_o // H) * stride_ot + (rows_o % H) * stride_oh
         gl.store(Out + gl.expand_dims(out_row, 1) + gl.expand_dims(cols_o, 0), out_tile.to(Out.dtype.element_ty),
                  mask=row_valid)
     else:
-        partial_row = (request * KV_SPLITS + split) * num_rows + rows_o
+        partial_row = unit * num_rows + rows_o
         gl.store(PartialOut + gl.expand_dims(partial_row.to(gl.int64) * DV, 1) + gl.expand_dims(cols_o, 0),
                  out_tile, mask=row_valid)
         if WRITE_LSE:
@@ -135,9 +138,8 @@ def _store_half(acc, sums, m_i, half, row_block, split, request, num_rows, H, Ou
 @gluon.jit
 def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready,
                       p_free, sums_ready, Out, PartialOut, PartialLse, scale_log2, mask_rows_base,
-                      stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, split, request, num_rows, H,
-                      prefix_len, seq_len, start, num_tiles, BLOCK_N: gl.constexpr, DV: gl.constexpr,
-                      KV_SPLITS: gl.constexpr):
+                      stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, unit, splits, request, num_rows,
+                      H, prefix_len, seq_len, start, num_tiles, BLOCK_N: gl.constexpr, DV: gl.constexpr):
     """Warpgroup 0: S, softmax, the P hand-off, and the left half of O."""
     BLOCK_M: gl.constexpr = 64
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -186,15 +188,15 @@ def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_s
     cta_barrier()
     mbarrier.arrive(sums_ready)
     _store_half(acc, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), gl.convert_layout(m_i, gl.SliceLayout(1, o_layout)),
-                0, row_block, split, request, num_rows, H, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
-                True, KV_SPLITS, DV, o_layout)
+                0, row_block, unit, splits, request, num_rows, H, Out, PartialOut, PartialLse, stride_ob, stride_ot,
+                stride_oh, True, DV, o_layout)
 
 
 @gluon.jit
 def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
-                      sums_ready, KV, lat_desc, rope_desc, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, row_block,
-                      split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE: gl.constexpr,
-                      BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, KV_SPLITS: gl.constexpr):
+                      sums_ready, KV, lat_desc, rope_desc, table, Out, PartialOut, PartialLse, stride_ob, stride_ot,
+                      stride_oh, row_block, unit, splits, request, num_rows, H, seq_len, start, num_tiles,
+                      PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
     """Warpgroup 1: the KV tile copies and the right half of O."""
     BLOCK_M: gl.constexpr = 64
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -227,21 +229,21 @@ def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, 
     mbarrier.wait(sums_ready, 0)
     sums = sums_smem.load(gl.SliceLayout(1, o_layout))
     # The running max is only read for the LSE, which warpgroup 0 writes: ``sums`` stands in for it.
-    _store_half(acc, sums, sums, 1, row_block, split, request, num_rows, H, Out, PartialOut, PartialLse, stride_ob,
-                stride_ot, stride_oh, False, KV_SPLITS, DV, o_layout)
+    _store_half(acc, sums, sums, 1, row_block, unit, splits, request, num_rows, H, Out, PartialOut, PartialLse,
+                stride_ob, stride_ot, stride_oh, False, DV, o_layout)
 
 
 @gluon.jit
 def _ws_verify_kernel(
-    Q, KV, LatDesc, RopeDesc, BlockTable, PrefixLens, TreeMask, PartialOut, PartialLse, Out,
+    Q, KV, LatDesc, RopeDesc, BlockTable, PrefixLens, TreeMask, Plan, PartialOut, PartialLse, Out,
     scale_log2,
     stride_qb, stride_qt, stride_qh,
     stride_table_b,
     stride_mask_b, stride_mask_t,
     stride_ob, stride_ot, stride_oh,
-    T, H, split_len,
+    T, H, B,
     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
-    KV_SPLITS: gl.constexpr, WORKER_REGS: gl.constexpr,
+    B_POW2: gl.constexpr, WORKER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = 64
     dtype: gl.constexpr = KV.dtype.element_ty
@@ -250,15 +252,18 @@ def _ws_verify_kernel(
     row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
 
     row_block = gl.program_id(0)
-    split = gl.program_id(1)
-    request = gl.program_id(2)
+    unit = gl.program_id(1)
+    request, start, chunk, splits, units = plan_unit(Plan, unit, B, B_POW2, 4)
+    # A unit past the plan (the grid is sized for the longest plan the shapes allow) runs no tile and
+    # stores into its own partial rows, which no combine reads.
+    in_plan = (unit < units).to(gl.int32)
+    splits = splits * in_plan + 2 * (1 - in_plan)
     num_rows = T * H
     prefix_len = gl.load(PrefixLens + request)
     seq_len = prefix_len + T
     table = BlockTable + request * stride_table_b
-    start = split * split_len
-    end = gl.minimum(start + split_len, seq_len)
-    num_tiles = (gl.maximum(end - start, 0) + BLOCK_N - 1) // BLOCK_N
+    end = gl.minimum(start + chunk, seq_len)
+    num_tiles = (gl.maximum(end - start, 0) + BLOCK_N - 1) // BLOCK_N * in_plan
 
     q_lat = gl.allocate_shared_memory(dtype, [BLOCK_M, DV], gl.NVMMASharedLayout.get_default_for([BLOCK_M, DV], dtype))
     q_rope = gl.allocate_shared_memory(dtype, [BLOCK_M, DR], gl.NVMMASharedLayout.get_default_for([BLOCK_M, DR], dtype))
@@ -298,12 +303,12 @@ def _ws_verify_kernel(
     gl.warp_specialize([
         (_scores_partition, (q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free,
                              p_ready, p_free, sums_ready, Out, PartialOut, PartialLse, scale_log2,
-                             mask_rows_base, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, split, request,
-                             num_rows, H, prefix_len, seq_len, start, num_tiles, BLOCK_N, DV, KV_SPLITS)),
+                             mask_rows_base, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, unit, splits,
+                             request, num_rows, H, prefix_len, seq_len, start, num_tiles, BLOCK_N, DV)),
         (_loader_partition, (kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
-                             sums_ready, KV, LatDesc, RopeDesc, table, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh,
-                             row_block, split, request, num_rows, H, seq_len, start, num_tiles, PAGE_SIZE, BLOCK_N, DV,
-                             DR, KV_SPLITS)),
+                             sums_ready, KV, LatDesc, RopeDesc, table, Out, PartialOut, PartialLse, stride_ob,
+                             stride_ot, stride_oh, row_block, unit, splits, request, num_rows, H, seq_len, start,
+                             num_tiles, PAGE_SIZE, BLOCK_N, DV, DR)),
     ], [4], [WORKER_REGS])
 
 
@@ -325,29 +330,43 @@ def kv_descriptors(kv_cache, block_n: int, v_dim: int):
                              _tile_layout(block_n, rope_dim, kv_cache.dtype)))
 
 
+def complete_config(config: dict, shape) -> dict:
+    """Check BLOCK_N and ``kv_splits`` (0: the planner's balanced rule, one CTA per SM at BLOCK_N 64's
+    224 KB of shared memory; N: N splits per request)."""
+    if config["BLOCK_N"] not in BLOCK_N_CHOICES:
+        raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
+    if not 0 <= config["kv_splits"] <= MAX_KV_SPLITS:
+        raise ValueError(f"config: kv_splits must be 0 (planned) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
+    return config
+
+
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
-    """Launch the kernel (and the shared combine when kv_splits > 1); ``out`` written in place."""
+    """Plan on the device, launch the kernel, then the shared combine unless kv_splits = 1; ``out``
+    written in place."""
     from .split_combine import launch_combine, partial_buffers
 
     batch, tree_nodes, heads, head_dim = q.shape
-    block_n, kv_splits = config["BLOCK_N"], config["kv_splits"]
-    page_size = kv_cache.shape[1]
-    split_len = triton.cdiv(triton.cdiv(block_table.shape[1] * page_size, kv_splits), block_n) * block_n
-    partial_out, partial_lse = partial_buffers(out, kv_splits)
+    block_n = config["BLOCK_N"]
+    row_blocks = triton.cdiv(tree_nodes * heads, BLOCK_M)
+    bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * kv_cache.shape[1],
+                                 block_n=block_n, sms=sm_count(q.device), kv_splits=config["kv_splits"],
+                                 ctas_per_sm=1)
+    plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
+    partial_out, partial_lse = partial_buffers(out, bounds.max_units)
     lat_desc, rope_desc = kv_descriptors(kv_cache, block_n, v_dim)
-    _ws_verify_kernel[(triton.cdiv(tree_nodes * heads, BLOCK_M), kv_splits, batch)](
-        q, kv_cache, lat_desc, rope_desc, block_table, prefix_lens, tree_mask, partial_out, partial_lse, out,
+    _ws_verify_kernel[(row_blocks, bounds.max_units)](
+        q, kv_cache, lat_desc, rope_desc, block_table, prefix_lens, tree_mask, plan, partial_out, partial_lse, out,
         sm_scale * LOG2E,
         q.stride(0), q.stride(1), q.stride(2),
         block_table.stride(0),
         tree_mask.stride(0), tree_mask.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
-        tree_nodes, heads, split_len,
-        PAGE_SIZE=page_size, BLOCK_N=block_n, DV=v_dim, DR=head_dim - v_dim, KV_SPLITS=kv_splits,
-        WORKER_REGS=WORKER_REGISTERS, num_warps=PARTITION_WARPS,
+        tree_nodes, heads, batch,
+        PAGE_SIZE=kv_cache.shape[1], BLOCK_N=block_n, DV=v_dim, DR=head_dim - v_dim,
+        B_POW2=triton.next_power_of_2(batch), WORKER_REGS=WORKER_REGISTERS, num_warps=PARTITION_WARPS,
     )
-    if kv_splits > 1:
-        launch_combine(partial_out, partial_lse, out, kv_splits)
+    if config["kv_splits"] != 1:
+        launch_combine(partial_out, partial_lse, plan, out, bounds.max_units)
 
 
 def _descriptor_type(dtype: str, block_rows: int, columns: int) -> str:
@@ -363,20 +382,18 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
     from .kernel_spec import TritonKernelSpec
 
     pointer = f"*{dtype}"
-    kv_splits = max(2, config.get("kv_splits") or 2)
     block_n = config["BLOCK_N"]
-    split_len = -(-(-(-table_pages * page_size // kv_splits)) // block_n) * block_n
     rows = tree_nodes * heads
     words = -(-tree_nodes // 32)
     ints = {"stride_qb": rows * 576, "stride_qt": heads * 576, "stride_qh": 576, "stride_table_b": table_pages,
             "stride_mask_b": tree_nodes * words, "stride_mask_t": words, "stride_ob": rows * 512,
-            "stride_ot": heads * 512, "stride_oh": 512, "T": tree_nodes, "H": heads, "split_len": split_len}
+            "stride_ot": heads * 512, "stride_oh": 512, "T": tree_nodes, "H": heads, "B": 1}
     return [TritonKernelSpec(
         "ws_verify", _ws_verify_kernel,
         {"Q": pointer, "KV": pointer, "LatDesc": _descriptor_type(dtype, block_n, 512),
          "RopeDesc": _descriptor_type(dtype, block_n, 64), "BlockTable": "*i32", "PrefixLens": "*i32",
-         "TreeMask": "*i32", "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
-        {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "KV_SPLITS": kv_splits,
+         "TreeMask": "*i32", "Plan": "*i32", "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
+        {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "B_POW2": 1,
          "WORKER_REGS": WORKER_REGISTERS},
         PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,
         threads=2 * PARTITION_WARPS * 32,  # the launch's num_warps is the default partition's; the worker adds 4

@@ -1,5 +1,10 @@
-"""The split-KV combine that every Triton and Gluon split variant shares: fp32 partial buffers and
-the LSE merge kernel (one program per BLOCK_R rows of one request, all splits of a row in registers)."""
+"""The split-KV combine every Triton, Gluon and CuPy split variant shares: fp32 partial buffers indexed
+by plan unit (verify_kernels/planner.py), natural-log LSEs, and one merge kernel (a program per
+BLOCK_R rows of one request, its splits merged online in registers).
+
+Partial row of (unit u, row r): u * T * H + r. A request whose plan gives it one split was written to
+``out`` by the attention kernel itself; the combine leaves it alone.
+"""
 
 from __future__ import annotations
 
@@ -11,56 +16,60 @@ COMBINE_BLOCK_R = 4
 
 
 @triton.jit
-def _combine_kernel(PartialOut, PartialLse, Out, stride_ob, stride_ot, stride_oh, T, H,
-                    KV_SPLITS: tl.constexpr, SPLITS_POW2: tl.constexpr, BLOCK_R: tl.constexpr,
-                    BLOCK_DV: tl.constexpr):
-    """Merge the splits of BLOCK_R rows: out = sum_s exp(lse_s - max) O_s / sum_s exp(lse_s - max)."""
+def _combine_kernel(PartialOut, PartialLse, Plan, Out, stride_ob, stride_ot, stride_oh, T, H, max_units,
+                    BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """out = sum_s exp(lse_s - m) O_s / sum_s exp(lse_s - m) over the request's splits, online in m."""
     row_block = tl.program_id(0)
     request = tl.program_id(1)
-    num_rows = T * H
-    rows = row_block * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_valid = rows < num_rows
-    splits = tl.arange(0, SPLITS_POW2)
-    partial_rows = (request * KV_SPLITS + splits[None, :]) * num_rows + rows[:, None]  # [BLOCK_R, S]
-    lse = tl.load(PartialLse + partial_rows, mask=row_valid[:, None] & (splits < KV_SPLITS)[None, :],
-                  other=float("-inf"))
-    lse_max = tl.max(lse, 1)
-    lse_max = tl.where(lse_max == float("-inf"), 0.0, lse_max)
-    weights = tl.exp(lse - lse_max[:, None])  # empty splits weigh 0
-    total = tl.sum(weights, 1)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    acc = tl.zeros([BLOCK_R, BLOCK_DV], dtype=tl.float32)
-    for s in tl.static_range(KV_SPLITS):
-        weight = tl.sum(tl.where(splits[None, :] == s, weights, 0.0), 1)
-        row = (request * KV_SPLITS + s) * num_rows + rows
-        partial = tl.load(PartialOut + row.to(tl.int64)[:, None] * BLOCK_DV + offs_dv[None, :],
-                          mask=row_valid[:, None], other=0.0)
-        acc += weight[:, None] * partial
-    acc = acc / total[:, None]
-    node = rows // H
-    head = rows % H
-    out_ptrs = Out + request * stride_ob + node[:, None] * stride_ot + head[:, None] * stride_oh + offs_dv[None, :]
-    tl.store(out_ptrs, acc.to(Out.dtype.element_ty), mask=row_valid[:, None])
+    first = tl.load(Plan + request)
+    last = tl.minimum(tl.load(Plan + request + 1), max_units)  # never past the buffers, whatever the plan says
+    if last - first > 1:
+        num_rows = T * H
+        rows = row_block * BLOCK_R + tl.arange(0, BLOCK_R)
+        row_valid = rows < num_rows
+        offs_dv = tl.arange(0, BLOCK_DV)
+        m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+        total = tl.zeros([BLOCK_R], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_R, BLOCK_DV], dtype=tl.float32)
+        for unit in range(first, last):
+            partial_row = unit * num_rows + rows
+            lse = tl.load(PartialLse + partial_row, mask=row_valid, other=float("-inf"))
+            # An empty split (lse -inf) weighs nothing; keep exp() finite while every split so far is empty.
+            m_new = tl.maximum(m_i, lse)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_safe)
+            weight = tl.exp(lse - m_safe)
+            partial = tl.load(PartialOut + partial_row.to(tl.int64)[:, None] * BLOCK_DV + offs_dv[None, :],
+                              mask=row_valid[:, None] & (lse > float("-inf"))[:, None], other=0.0)
+            acc = acc * alpha[:, None] + weight[:, None] * partial
+            total = total * alpha + weight
+            m_i = m_new
+        acc = acc / tl.where(total > 0, total, 1.0)[:, None]
+        node = rows // H
+        head = rows % H
+        out_ptrs = Out + request * stride_ob + node[:, None] * stride_ot + head[:, None] * stride_oh + offs_dv[None, :]
+        tl.store(out_ptrs, acc.to(Out.dtype.element_ty), mask=row_valid[:, None])
 
 
-
-def partial_buffers(out: torch.Tensor, kv_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 partial outputs [B * kv_splits * T * H, v_dim] and LSEs for ``out`` [B, T, H, v_dim];
-    with one split the kernel writes ``out`` directly and both are ``out`` (unused)."""
-    if kv_splits == 1:
-        return out, out
-    batch, tree_nodes, heads, v_dim = out.shape
-    rows = batch * kv_splits * tree_nodes * heads
+def partial_buffers(out: torch.Tensor, max_units: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 partial outputs [max_units * T * H, v_dim] and their LSEs [max_units * T * H] for ``out``
+    [B, T, H, v_dim]: bounded by the plan's unit count, allocated per call (in a captured graph, once)."""
+    _, tree_nodes, heads, v_dim = out.shape
+    rows = max_units * tree_nodes * heads
     return (torch.empty(rows, v_dim, dtype=torch.float32, device=out.device),
             torch.empty(rows, dtype=torch.float32, device=out.device))
 
 
-def launch_combine(partial_out, partial_lse, out, kv_splits: int) -> None:
-    """``out`` [B, T, H, v_dim] from fp32 partial outputs [B * kv_splits * T * H, v_dim] and their
-    natural-log LSEs (an empty split has LSE -inf and weighs nothing)."""
+def fixed_plan(batch: int, kv_splits: int, device) -> torch.Tensor:
+    """The plan of a kernel that launches ``kv_splits`` splits for every request (units b * kv_splits + s):
+    what the combine needs of it (verify_kernels/planner.py's layout, chunk unused)."""
+    return torch.arange(0, (batch + 2) * kv_splits, kv_splits, dtype=torch.int32, device=device)
+
+
+def launch_combine(partial_out, partial_lse, plan: torch.Tensor, out: torch.Tensor, max_units: int) -> None:
+    """``out`` [B, T, H, v_dim] from the partial outputs of the plan's units (natural-log LSEs)."""
     batch, tree_nodes, heads, v_dim = out.shape
     _combine_kernel[(triton.cdiv(tree_nodes * heads, COMBINE_BLOCK_R), batch)](
-        partial_out, partial_lse, out, out.stride(0), out.stride(1), out.stride(2), tree_nodes, heads,
-        KV_SPLITS=kv_splits, SPLITS_POW2=triton.next_power_of_2(kv_splits), BLOCK_R=COMBINE_BLOCK_R,
-        BLOCK_DV=v_dim, num_warps=4,
+        partial_out, partial_lse, plan, out, out.stride(0), out.stride(1), out.stride(2), tree_nodes, heads,
+        max_units, BLOCK_R=COMBINE_BLOCK_R, BLOCK_DV=v_dim, num_warps=4,
     )

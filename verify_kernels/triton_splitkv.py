@@ -4,19 +4,21 @@ Algorithm (flash-decoding over a paged latent cache, every KV tile reused by all
 
 - rows: the T x H (node, head) query rows of a request are packed into the M dimension,
   row r = node * H + head, so one [BLOCK_N, 576] KV tile feeds BLOCK_M rows at once;
-- grid (ceil(T*H / BLOCK_M), kv_splits, B): program (m, s, b) owns rows m*BLOCK_M.. of request b
-  and the positions [s*split_len, (s+1)*split_len) of its sequence (prefix + tree). The row block
-  varies fastest, so the programs reading one KV split run together and share it through L2;
+- grid (ceil(T*H / BLOCK_M), plan units): program (m, u) owns rows m*BLOCK_M.. of the request of
+  plan unit u and that unit's positions of its sequence (prefix + T); the plan (planner.py) is made
+  on the device from prefix_lens, so a ragged batch is cut into near-equal units over all SMs. The
+  row block varies fastest, so the programs reading one KV chunk run together and share it in L2;
 - the KV tile is loaded once, as 512 latent + 64 rope columns; the latent part is both K (for
   Q.K^T, with the rope part) and V (for P.V);
 - tiles wholly inside the committed prefix run without any mask; only the tail (the tiles that
   reach the tree tokens or the sequence end) reads the ancestor bitmask and bounds;
-- online softmax in fp32; with kv_splits > 1 each program writes its normalised partial output and
-  log-sum-exp (fp32) and a combine kernel merges the splits; with one split it writes ``out``.
+- online softmax in fp32; a request the plan splits writes a normalised partial output and
+  log-sum-exp (fp32) per unit and the shared combine merges them; a request of one unit writes ``out``.
 
-kv_splits comes from shapes alone (the block table's capacity, the SM count), never from
-prefix_lens, so the call needs no host sync and can be captured in a CUDA graph; splits that start
-past a request's end write an empty partial (lse = -inf).
+The grid and buffers are bounded from shapes alone (planner.plan_bounds) and the plan is read on the
+device, so the call needs no host sync and can be captured in a CUDA graph that stays right as the
+lengths change; ``kv_splits`` = N > 0 asks for N equal splits per request instead (empty splits
+write lse = -inf).
 
 Tiles: Q [BLOCK_M, 512] + [BLOCK_M, 64], K/V [BLOCK_N, 512] + [BLOCK_N, 64], S [BLOCK_M, BLOCK_N]
 and acc [BLOCK_M, 512] fp32.
@@ -30,8 +32,9 @@ import triton.language as tl
 
 from . import triton_common
 from .contract import ProblemShape
+from . import planner
 from .split_combine import launch_combine, partial_buffers
-from .splits import with_kv_splits
+from .splits import MAX_KV_SPLITS, sm_count
 from .triton_dot import dot
 
 # Runs on the CPU through the Triton interpreter (the CPU test suite).
@@ -64,21 +67,23 @@ def _load_kv_tile(KV, table, positions, valid, PAGE_SIZE: tl.constexpr, ROW_STRI
 
 @triton.jit
 def _splitkv_verify_kernel(
-    Q, KV, BlockTable, PrefixLens, TreeMask, PartialOut, PartialLse, Out,
+    Q, KV, BlockTable, PrefixLens, TreeMask, Plan, PartialOut, PartialLse, Out,
     sm_scale,
     stride_qb, stride_qt, stride_qh,
     stride_table_b,
     stride_mask_b, stride_mask_t,
     stride_ob, stride_ot, stride_oh,
-    T, H, split_len,
+    T, H, B,
     PAGE_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_DV: tl.constexpr, BLOCK_DROPE: tl.constexpr, KV_SPLITS: tl.constexpr,
+    BLOCK_DV: tl.constexpr, BLOCK_DROPE: tl.constexpr, B_POW2: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
 ):
     tl.static_assert(BLOCK_N % 16 == 0)
     row_block = tl.program_id(0)
-    split = tl.program_id(1)
-    request = tl.program_id(2)
+    unit = tl.program_id(1)
+    request, split, start, chunk, splits, units = planner.unit_of(Plan, unit, B, B_POW2)
+    if unit >= units:  # past the plan: the grid is sized for the longest plan the shapes allow
+        return
     ROW_STRIDE: tl.constexpr = BLOCK_DV + BLOCK_DROPE
 
     rows = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -97,8 +102,7 @@ def _splitkv_verify_kernel(
     prefix_len = tl.load(PrefixLens + request)
     seq_len = prefix_len + T
     table = BlockTable + request * stride_table_b
-    start = split * split_len
-    end = tl.minimum(start + split_len, seq_len)
+    end = tl.minimum(start + chunk, seq_len)
     # Tiles below this position hold committed prefix only: no mask, no bounds.
     unmasked_end = tl.maximum(start, tl.minimum(end, (prefix_len // BLOCK_N) * BLOCK_N))
 
@@ -147,11 +151,11 @@ def _splitkv_verify_kernel(
 
     has_mass = l_i > 0
     out_tile = acc / tl.where(has_mass, l_i, 1.0)[:, None]
-    if KV_SPLITS == 1:
+    if splits == 1:
         out_ptrs = Out + request * stride_ob + node[:, None] * stride_ot + head[:, None] * stride_oh
         tl.store(out_ptrs + offs_dv[None, :], out_tile.to(Out.dtype.element_ty), mask=row_valid[:, None])
     else:
-        partial_row = (request * KV_SPLITS + split) * num_rows + rows
+        partial_row = unit * num_rows + rows
         tl.store(PartialOut + partial_row.to(tl.int64)[:, None] * BLOCK_DV + offs_dv[None, :], out_tile,
                  mask=row_valid[:, None])
         lse = tl.where(has_mass, m_i + tl.log(tl.where(has_mass, l_i, 1.0)), float("-inf"))
@@ -178,39 +182,40 @@ def unsupported_reason(shape: ProblemShape) -> str | None:
 
 
 def complete_config(config: dict, shape: ProblemShape) -> dict:
-    """Check the tiles against the shape and fill ``kv_splits`` = 0 (auto) from shapes alone."""
+    """Check the tiles and ``kv_splits`` (0: the planner's balanced rule; N: N splits per request)."""
     for key in ("BLOCK_M", "BLOCK_N"):
         if not (triton_common.is_power_of_two(config[key]) and config[key] >= 16):
             raise ValueError(f"config: {key} must be a power of two >= 16, got {config[key]}")
-    return with_kv_splits(config, shape, config["BLOCK_M"])
+    if not 0 <= config["kv_splits"] <= MAX_KV_SPLITS:
+        raise ValueError(f"config: kv_splits must be 0 (planned) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
+    return config
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
-    """Launch the split-KV kernel (and the combine when kv_splits > 1); ``out`` written in place."""
+    """Plan on the device, launch the split-KV kernel, then the combine unless every request has one
+    unit for sure (kv_splits = 1); ``out`` written in place."""
     batch, tree_nodes, heads, head_dim = q.shape
-    shape_rows = tree_nodes * heads
-    block_m, block_n = config["BLOCK_M"], config["BLOCK_N"]
+    row_blocks = triton.cdiv(tree_nodes * heads, config["BLOCK_M"])
     page_size = kv_cache.shape[1]
-    kv_splits = config["kv_splits"]
-    capacity = block_table.shape[1] * page_size
-    split_len = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
-    partial_out, partial_lse = partial_buffers(out, kv_splits)
-    grid = (triton.cdiv(shape_rows, block_m), kv_splits, batch)
-    _splitkv_verify_kernel[grid](
-        q, kv_cache, block_table, prefix_lens, tree_mask, partial_out, partial_lse, out,
+    bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * page_size,
+                                 block_n=config["BLOCK_N"], sms=sm_count(q.device), kv_splits=config["kv_splits"])
+    plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
+    partial_out, partial_lse = partial_buffers(out, bounds.max_units)
+    _splitkv_verify_kernel[(row_blocks, bounds.max_units)](
+        q, kv_cache, block_table, prefix_lens, tree_mask, plan, partial_out, partial_lse, out,
         sm_scale,
         q.stride(0), q.stride(1), q.stride(2),
         block_table.stride(0),
         tree_mask.stride(0), tree_mask.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
-        tree_nodes, heads, split_len,
-        PAGE_SIZE=page_size, BLOCK_M=block_m, BLOCK_N=block_n,
-        BLOCK_DV=v_dim, BLOCK_DROPE=head_dim - v_dim, KV_SPLITS=kv_splits,
+        tree_nodes, heads, batch,
+        PAGE_SIZE=page_size, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
+        BLOCK_DV=v_dim, BLOCK_DROPE=head_dim - v_dim, B_POW2=triton.next_power_of_2(batch),
         UPCAST_DOT=triton_common.upcast_dot(q.dtype),
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
-    if kv_splits > 1:
-        launch_combine(partial_out, partial_lse, out, kv_splits)
+    if config["kv_splits"] != 1:
+        launch_combine(partial_out, partial_lse, plan, out, bounds.max_units)
 
 
 def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", head_dim: int = 576, v_dim: int = 512,
@@ -220,19 +225,16 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", head
     from .kernel_spec import TritonKernelSpec
 
     pointer = f"*{dtype}"
-    kv_splits = max(2, config.get("kv_splits") or 2)
-    capacity = table_pages * page_size
-    split_len = -(-(-(-capacity // kv_splits)) // config["BLOCK_N"]) * config["BLOCK_N"]
     rows = tree_nodes * heads
     ints = {"stride_qb": rows * head_dim, "stride_qt": heads * head_dim, "stride_qh": head_dim,
             "stride_table_b": table_pages, "stride_mask_b": tree_nodes * -(-tree_nodes // 32),
             "stride_mask_t": -(-tree_nodes // 32), "stride_ob": rows * v_dim, "stride_ot": heads * v_dim,
-            "stride_oh": v_dim, "T": tree_nodes, "H": heads, "split_len": split_len}
+            "stride_oh": v_dim, "T": tree_nodes, "H": heads, "B": 1}
     return [TritonKernelSpec(
         "splitkv_verify", _splitkv_verify_kernel,
         {"Q": pointer, "KV": pointer, "BlockTable": "*i32", "PrefixLens": "*i32", "TreeMask": "*i32",
-         "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
+         "Plan": "*i32", "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
         {"PAGE_SIZE": page_size, "BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "BLOCK_DV": v_dim,
-         "BLOCK_DROPE": head_dim - v_dim, "KV_SPLITS": kv_splits, "UPCAST_DOT": False},
+         "BLOCK_DROPE": head_dim - v_dim, "B_POW2": 1, "UPCAST_DOT": False},
         config["num_warps"], config["num_stages"], int_values=ints,
     )]

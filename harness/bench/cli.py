@@ -7,14 +7,14 @@ import os
 import sys
 from pathlib import Path
 
-from harness.arguments import (device_or_default, float_at_least, input_file, int_in, int_list_in, json_dict,
+from harness.arguments import (device_or_default, float_at_least, int_in, int_list_in, json_dict,
                                output_file, prefix_lengths)
 from harness.measure.inputs import read_yaml_mapping
 from harness.measure.paths import results_dir
 
 BENCH_DEFAULTS = {"prefix": [4096, 32768, 131072], "tree": [16, 64], "heads": [8], "page_size": [64],
                   "batch": 1, "dtype": "bfloat16", "mode": "events", "rep_ms": 200.0, "repeat": 1,
-                  "tree_kind": ["random"]}
+                  "tree_kind": ["random"], "ragged": []}
 
 
 def cmd_check(args) -> int:
@@ -70,6 +70,8 @@ def _bench_settings(args) -> dict:
     for key, default in {**BENCH_DEFAULTS, "variants": None, "peers": None, "configs": None, "proxy_for": None}.items():
         given = getattr(args, "config" if key == "configs" else key)
         settings[key] = given if given is not None else sweep.get(key, default)
+    if settings["ragged"] and args.prefix is None and "prefix" not in sweep:
+        settings["prefix"] = []  # only the ragged batches were asked for
     return settings
 
 
@@ -102,6 +104,10 @@ def _sweep_value(path, key: str, value):
         refuse("a name or a list of names")
     if key == "configs" and not (isinstance(value, list) and all(isinstance(v, dict) for v in value)):
         refuse("a list of config mappings")
+    if key == "ragged":
+        if not (isinstance(value, list) and all(isinstance(b, list) and b for b in value)):
+            refuse("a list of batches, each a list of prefix lengths")
+        return [_sweep_value(path, "prefix", batch) for batch in value]
     return value
 
 
@@ -127,7 +133,7 @@ def cmd_bench(args) -> int:
                          f"peers {sorted(PEERS)}")
     points = sweep_points(names, settings["prefix"], settings["tree"], settings["heads"], settings["page_size"],
                           batch=settings["batch"], dtype=settings["dtype"], configs=settings["configs"],
-                          trees=settings["tree_kind"])
+                          trees=settings["tree_kind"], ragged=settings["ragged"])
     if not torch.cuda.is_available():  # after the inputs: a bad sweep is named on any machine
         raise SystemExit("vk bench: needs a CUDA GPU (timings on the CPU interpreter mean nothing)")
     out = args.out or results_dir() / "bench" / f"{gpu_sku()}.jsonl"
@@ -178,7 +184,7 @@ def add_commands(sub) -> None:
     check.set_defaults(func=cmd_check)
 
     bench = sub.add_parser("bench", help="time variants and peers side by side over a sweep")
-    bench.add_argument("--sweep", type=input_file, help="YAML file with any of the flags below (flags win)")
+    bench.add_argument("--sweep", type=Path, help="YAML file with any of the flags below (flags win)")
     bench.add_argument("--variants", nargs="+", help="default: all registered")
     bench.add_argument("--peers", nargs="*", help="peers to time beside them (default: all; none: --peers)")
     bench.add_argument("--prefix", type=prefix_lengths, help="prefix lengths L (default 4096,32768,131072)")
@@ -188,6 +194,10 @@ def add_commands(sub) -> None:
                        help="tree shapes (default random; chain is what causal-only peers such as FlashMLA run)")
     bench.add_argument("--page-size", type=int_list_in(1), help="page sizes (default 64; triton_ps1 always 1)")
     bench.add_argument("--batch", type=int_in(1), help="requests per call (default 1)")
+    bench.add_argument("--ragged", type=prefix_lengths, action="append",
+                       help="a ragged batch: one prefix length per request, comma-separated (e.g. 185000,4096,32768); "
+                            "repeat for more batches; each a point beside the --prefix ones, its floor summed over "
+                            "the requests")
     bench.add_argument("--dtype", choices=["bfloat16", "float16"])
     bench.add_argument("--config", type=json_dict, action="append",
                        help='config overrides as JSON, e.g. \'{"BLOCK_M": 64}\'; repeat to sweep configs')
@@ -207,7 +217,7 @@ def add_commands(sub) -> None:
     bench.set_defaults(func=cmd_bench)
 
     report = sub.add_parser("report", help="bench records -> markdown table and PNG plots")
-    report.add_argument("inputs", nargs="+", type=input_file, help="bench JSONL files")
+    report.add_argument("inputs", nargs="+", type=Path, help="bench JSONL files")
     report.add_argument("--out", type=output_file, help="output prefix (default results/report/<first input stem>)")
     report.add_argument("--title", help="the report's heading (default: Benchmarks: <first input>)")
     report.add_argument("--peers", action="store_true",

@@ -39,10 +39,10 @@ def main(argument: str) -> int:
         call = case_call(spec)
     else:
         seed = spec.pop("seed")
-        point = BenchPoint(**{**spec, "config": tuple(sorted(spec["config"].items()))})
-        problem = make_problem(point.prefix_len, point.tree_nodes, point.heads, page_size=point.page_size,
-                               batch=point.batch, tree=point.tree, dtype=getattr(torch, point.dtype), device="cuda",
-                               seed=seed)
+        point = BenchPoint(**{**spec, "config": tuple(sorted(spec["config"].items())),
+                              "prefix_lens": tuple(spec.get("prefix_lens") or ())})
+        problem = make_problem(point.lengths(), point.tree_nodes, point.heads, page_size=point.page_size,
+                               tree=point.tree, dtype=getattr(torch, point.dtype), device="cuda", seed=seed)
         call, _ = implementation_call(point, problem)
     replay_profiled(call)
     return 0

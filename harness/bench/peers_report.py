@@ -18,9 +18,17 @@ PORTABLE_PEER = "flashinfer_fa2"
 
 
 def shape_key(record: dict) -> tuple:
-    """(tree kind, L, T, H, B): the problem a bench record timed (page size aside)."""
-    return (record.get("tree", "random"), record["prefix_len"], record["tree_nodes"], record["heads"],
-            record["batch"])
+    """(tree kind, L, T, H, B): the problem a bench record timed (page size aside); L is the tuple
+    of lengths for a ragged batch."""
+    lengths = tuple(record.get("prefix_lens") or (record["prefix_len"],) * record.get("batch", 1))
+    return (record.get("tree", "random"), lengths, record["tree_nodes"], record["heads"], record["batch"])
+
+
+def lengths_cell(lengths: tuple) -> str:
+    """L of a table row: the one length of its requests, or a ragged batch's lengths."""
+    if len(set(lengths)) == 1:
+        return f"{lengths[0]:,}"
+    return "ragged " + "/".join(f"{length:,}" for length in lengths)
 
 
 def _fastest_ok(records: list[dict]) -> dict[tuple, dict[str, dict]]:
@@ -83,13 +91,14 @@ def peers_sections(records: list[dict]) -> list[str]:
     rows = ahead_or_behind(records)
     if not rows:
         return lines + ["No shape has both an ok peer row and an ok variant row.", ""]
-    table = [[*r["shape"], _who(r["ours"]), _who(r["peer"]), f"{r['ratio']:.2f}", r["verdict"]] for r in rows]
+    table = [[r["shape"][0], lengths_cell(r["shape"][1]), *r["shape"][2:], _who(r["ours"]), _who(r["peer"]),
+              f"{r['ratio']:.2f}", r["verdict"]] for r in rows]
     lines += [tabulate(table, headers=["tree", "L", "T", "H", "B", "best of ours", "best peer", "ratio", ""],
                        tablefmt="github"), ""]
     behind = [r for r in rows if r["verdict"] == "behind"]
     ahead = len(rows) - len(behind)
     lines += [f"Ahead at {ahead} of {len(rows)} shapes, behind at {len(behind)}."
-              + (" Behind at: " + "; ".join(f"{r['shape'][0]} L={r['shape'][1]} T={r['shape'][2]} "
+              + (" Behind at: " + "; ".join(f"{r['shape'][0]} L={lengths_cell(r['shape'][1])} T={r['shape'][2]} "
                                              f"H={r['shape'][3]} ({r['peer']['variant']}, x{r['ratio']:.2f})"
                                              for r in behind) if behind else ""), ""]
     race = portable_race(records)
@@ -98,7 +107,7 @@ def peers_sections(records: list[dict]) -> list[str]:
                   f"FlashInfer `{PORTABLE_PEER}` (what SGLang routes sm_120 MLA to) beside our kernels that also "
                   f"build for sm_120 ({', '.join(PORTABLE_VARIANTS)}); timed on this GPU, not on an sm_120 card. "
                   "Ratio = fa2 time / our best portable time.", ""]
-        table = [[*r["shape"], f"{r['peer']['median_ms']:.3f}",
+        table = [[r["shape"][0], lengths_cell(r["shape"][1]), *r["shape"][2:], f"{r['peer']['median_ms']:.3f}",
                   *[f"{v['median_ms']:.3f}" if v else "-" for v in r["by_variant"].values()],
                   f"{r['ratio']:.2f}" if r["ratio"] else "-",
                   ("ahead" if r["ratio"] >= 1.0 else "behind") if r["ratio"] else ""] for r in race]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from harness.bench.peers_report import peers_sections, shape_key
+from harness.bench.peers_report import lengths_cell, peers_sections, shape_key
 from harness.measure.records import read_records
 
 
@@ -55,7 +55,7 @@ def markdown_table(records: list[dict]) -> str:
     rows = []
     for (tree, length, nodes, heads, batch), by_name in sorted(cells.items()):
         floor = next((r.get("floor_ms") for r in by_name.values() if r.get("floor_ms")), None)
-        rows.append([tree, f"{length:,}", nodes, heads, batch, f"{floor:.4f}" if floor else "-"]
+        rows.append([tree, lengths_cell(length), nodes, heads, batch, f"{floor:.4f}" if floor else "-"]
                     + [_cell(by_name[name]) if name in by_name else "" for name in columns])
     return tabulate(rows, headers=["tree", "L", "T", "H", "B", "floor ms"] + columns, tablefmt="github")
 
@@ -88,7 +88,7 @@ def counters_table(records: list[dict]) -> str | None:
         ok = found.get("status") == "ok"
         stalls = ", ".join(f"{reason} {cycles:.1f}" for reason, cycles in found.get("top_stalls", [])) if ok else \
             (found.get("reason", "-")[:60] if found else "-")
-        rows.append([_implementation(r), f"{r['prefix_len']:,}", r["tree_nodes"], r["heads"], f"{r['median_ms']:.3f}",
+        rows.append([_implementation(r), lengths_cell(shape_key(r)[1]), r["tree_nodes"], r["heads"], f"{r['median_ms']:.3f}",
                      _number(r.get("pct_roofline")),
                      *(_number(found.get(k)) if ok else "-" for k in
                        ("tensor_pipe_pct", "dram_pct", "dram_gbps", "l2_hit_pct", "smem_pipe_pct", "occupancy_pct")),
@@ -134,8 +134,9 @@ def plot(records: list[dict], out_prefix: Path) -> list[Path]:
             axes = axes if isinstance(axes, tuple) else (axes,)
             for axis, (nodes, heads) in zip(axes, panels):
                 series = defaultdict(list)
-                for record in records:
-                    if (record["tree_nodes"], record["heads"]) == (nodes, heads) and value(record) is not None:
+                for record in records:  # a ragged batch is a row of the table, not a point on an L axis
+                    if (record["tree_nodes"], record["heads"]) == (nodes, heads) and value(record) is not None \
+                            and not record.get("prefix_lens"):
                         series[_implementation(record)].append((record["prefix_len"], value(record)))
                 for name, points in series.items():
                     points.sort()

@@ -45,6 +45,13 @@ class BenchPoint:
     dtype: str = "bfloat16"
     tree: str = "random"
     config: tuple = ()  # (key, value) overrides of the variant's defaults, hashable
+    # A ragged batch: one prefix length per request (then prefix_len is the longest, batch their count);
+    # empty: ``batch`` requests of prefix_len each.
+    prefix_lens: tuple = ()
+
+    def lengths(self) -> list[int]:
+        """The prefix length of every request of the point."""
+        return list(self.prefix_lens) or [self.prefix_len] * self.batch
 
 
 def page_size_for(variant: str, requested: int) -> int:
@@ -64,15 +71,18 @@ def _applies(variant: str, config: dict) -> bool:
 
 def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[int], heads: list[int],
                  page_sizes: list[int], batch: int = 1, dtype: str = "bfloat16",
-                 configs: list[dict] | None = None, trees: list[str] = ("random",)) -> list[BenchPoint]:
+                 configs: list[dict] | None = None, trees: list[str] = ("random",),
+                 ragged: list[list[int]] = ()) -> list[BenchPoint]:
     """Every combination; each config override applies to the variants whose tunables it names.
-    ``trees``: tree kinds (verify_kernels.trees.TREE_GENERATORS); "chain" is what causal-only peers run."""
+    ``trees``: tree kinds (verify_kernels.trees.TREE_GENERATORS); "chain" is what causal-only peers run.
+    ``ragged``: batches of different prefix lengths, each a point beside the ``prefix_lens`` ones."""
     points = []
-    for tree, length, nodes, head_count, page_size, variant, config in itertools.product(
-            trees, prefix_lens, tree_sizes, heads, page_sizes, variants, configs or [{}]):
+    batches = [((length,) * batch, ()) for length in prefix_lens] + [(tuple(b), tuple(b)) for b in ragged]
+    for tree, (lengths, ragged_lens), nodes, head_count, page_size, variant, config in itertools.product(
+            trees, batches, tree_sizes, heads, page_sizes, variants, configs or [{}]):
         config = config if _applies(variant, config) else {}
-        point = BenchPoint(variant, length, nodes, head_count, page_size_for(variant, page_size), batch, dtype,
-                           tree=tree, config=tuple(sorted(config.items())))
+        point = BenchPoint(variant, max(lengths), nodes, head_count, page_size_for(variant, page_size), len(lengths),
+                           dtype, tree=tree, config=tuple(sorted(config.items())), prefix_lens=ragged_lens)
         if point not in points:
             points.append(point)
     return points
@@ -86,6 +96,7 @@ def recorded_points(records: list[dict]) -> set[BenchPoint]:
             continue
         fields = {f.name: record[f.name] for f in dataclasses.fields(BenchPoint) if f.name in record}
         fields["config"] = tuple(sorted((record.get("config") or {}).items()))
+        fields["prefix_lens"] = tuple(record.get("prefix_lens") or ())
         try:
             done.add(BenchPoint(**fields))
         except TypeError:  # a record from before a field existed: never matches a new point
@@ -179,6 +190,10 @@ def _time(call, mode: str, rep_ms: float, payload: dict) -> timing.Timing:
     return timing.time_events(call, rep_ms=rep_ms)
 
 
+def _lengths_label(point: BenchPoint) -> str:
+    return ",".join(map(str, point.prefix_lens)) if point.prefix_lens else str(point.prefix_len)
+
+
 def counters_argv(point: BenchPoint, seed: int) -> list[str]:
     """The command that replays ``point`` once for ncu (harness.bench.counters_target)."""
     spec = {**asdict(point), "config": dict(point.config), "seed": seed}
@@ -197,8 +212,8 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
     shape_key, by_page, reference = None, {}, None
     bar = tqdm(points, desc="vk bench", unit="point", disable=not progress)
     for point in bar:
-        bar.set_postfix_str(f"{point.variant} L={point.prefix_len} T={point.tree_nodes} H={point.heads}")
-        key = (point.prefix_len, point.tree_nodes, point.heads, point.batch, point.dtype, point.tree)
+        bar.set_postfix_str(f"{point.variant} L={_lengths_label(point)} T={point.tree_nodes} H={point.heads}")
+        key = (tuple(point.lengths()), point.tree_nodes, point.heads, point.dtype, point.tree)
         if key != shape_key:
             shape_key, by_page, reference = key, {}, None
             torch.cuda.empty_cache()
@@ -206,10 +221,9 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
             if by_page:
                 by_page[point.page_size] = next(iter(by_page.values())).with_page_size(point.page_size)
             else:
-                by_page[point.page_size] = make_problem(point.prefix_len, point.tree_nodes, point.heads,
-                                                        page_size=point.page_size, batch=point.batch,
-                                                        tree=point.tree, dtype=getattr(torch, point.dtype),
-                                                        device="cuda", seed=seed)
+                by_page[point.page_size] = make_problem(point.lengths(), point.tree_nodes, point.heads,
+                                                        page_size=point.page_size, tree=point.tree,
+                                                        dtype=getattr(torch, point.dtype), device="cuda", seed=seed)
         problem = by_page[point.page_size]
         if reference is None:
             reference = reference_attention(*problem.arguments(), **problem.kwargs())
@@ -217,7 +231,7 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
         if proxy_for:
             payload["proxy_for"] = proxy_for
         if counters and payload["status"] == "ok":
-            bar.set_postfix_str(f"{point.variant} L={point.prefix_len} T={point.tree_nodes} H={point.heads}: ncu")
+            bar.set_postfix_str(f"{point.variant} L={_lengths_label(point)} T={point.tree_nodes} H={point.heads}: ncu")
             payload["counters"] = profile(counters_argv(point, seed))
         record = records.make_record("bench", payload)
         records.append_records(out_path, [record])
@@ -228,7 +242,9 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
 def format_table(results: list[dict]) -> str:
     rows = []
     for r in results:
-        rows.append((r["variant"], _short_config(r.get("resolved_config") or {}), r["prefix_len"], r["tree_nodes"], r["heads"], r["page_size"],
+        lengths = ",".join(map(str, r["prefix_lens"])) if r.get("prefix_lens") else r["prefix_len"]
+        rows.append((r["variant"], _short_config(r.get("resolved_config") or {}), lengths, r["tree_nodes"], r["heads"],
+                     r["page_size"],
                      f"{r['median_ms']:.4f}" if "median_ms" in r else r["status"],
                      f"{r['iqr_ms']:.4f}" if "iqr_ms" in r else "-",
                      f"{r['achieved_tbps']:.2f}" if r.get("achieved_tbps") else "-",

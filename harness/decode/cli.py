@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 
-from harness.arguments import (float_at_least, input_file, int_in, int_list, int_list_in, output_dir, output_file,
+from harness.arguments import (float_at_least, int_in, int_list, int_list_in, output_dir, output_file,
                                prefix_lengths, seed)
 from harness.measure.paths import results_dir
 
@@ -71,14 +73,14 @@ def add_commands(sub) -> None:
     decode.add_argument("--device", choices=["cpu", "cuda"])
     decode.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],
                         help="default: bfloat16 on the GPU, float32 on the CPU")
-    decode.add_argument("--weights", type=input_file, help="a safetensors file in DeepSeek-V3 tensor names (default: random, --seed)")
+    decode.add_argument("--weights", type=Path, help="a safetensors file in DeepSeek-V3 tensor names (default: random, --seed)")
     decode.add_argument("--seed", type=seed, default=0)
     decode.add_argument("--no-graphs", action="store_true", help="eager verify forward instead of CUDA graphs")
     decode.add_argument("--compile-layers", action="store_true",
                         help="torch.compile each layer's two halves around attention (fuses norms, RoPE, SwiGLU)")
     decode.add_argument("--gemm", choices=["cublas", "splitk"], default="cublas",
                         help="the layers' weight GEMMs: cuBLAS, or the split-K Triton kernel (harness/decode/splitk_linear.py)")
-    decode.add_argument("--gemm-table", type=input_file, help="split-K configs (JSON from scripts/tune_splitk.py; default: "
+    decode.add_argument("--gemm-table", type=Path, help="split-K configs (JSON from scripts/tune_splitk.py; default: "
                         "results/tuned/splitk-linear-SKU.json for this GPU if present, else built-in defaults)")
     decode.add_argument("--pdl", action="store_true",
                         help="programmatic dependent launches between the compiled layers' kernels and the split-K "
@@ -109,7 +111,7 @@ def add_commands(sub) -> None:
     decode.set_defaults(func=cmd_decode)
 
     decode_report = sub.add_parser("decode-report", help="decode records -> markdown table and plots")
-    decode_report.add_argument("records", type=input_file, nargs="+", help="JSONL files written by vk decode --out")
+    decode_report.add_argument("records", type=Path, nargs="+", help="JSONL files written by vk decode --out")
     decode_report.add_argument("--out-dir", type=output_dir, default=results_dir() / "decode", help="where the table and plots go")
     decode_report.add_argument("--name", default="decode", help="file-name stem of the table and plots")
     decode_report.set_defaults(func=cmd_decode_report)

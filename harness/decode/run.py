@@ -20,7 +20,7 @@ from harness.decode.drafters import make_drafter
 from harness.decode.kv_pool import PagedKVCache
 from harness.decode.model import PRESETS, MLAConfig, MLAModel, load_weights, random_weights
 from harness.decode.target_runner import TargetRunner
-from harness.measure.inputs import InputError
+from harness.measure.inputs import InputError, check_input_file
 from harness.measure.power import PowerSampler
 
 
@@ -168,8 +168,7 @@ def page_size_for(variant: str, default: int) -> int:
 # Flags that act only on a CUDA device: refused on the CPU rather than ignored while the record claims them.
 CUDA_ONLY_FLAGS = {"--gemm splitk": lambda a: a.gemm == "splitk", "--gemm-table": lambda a: a.gemm_table,
                    "--pdl": lambda a: a.pdl, "--counters": lambda a: getattr(a, "counters", False),
-                   "--counters-by-kernel": lambda a: getattr(a, "counters_by_kernel", False),
-                   "--draft-on device": lambda a: "device" in a.draft_on}
+                   "--counters-by-kernel": lambda a: getattr(a, "counters_by_kernel", False)}
 MEMORY_HEADROOM = 0.9  # of the memory available now
 
 
@@ -188,6 +187,9 @@ def check_decode_inputs(args, device: str, dtype: torch.dtype) -> None:
         given = [flag for flag, is_set in CUDA_ONLY_FLAGS.items() if is_set(args)]
         if given:
             raise InputError(f"{given[0]}: acts on a CUDA device only; this run is on the CPU (--device cpu or no GPU)")
+    for flag in ("weights", "gemm_table"):
+        if getattr(args, flag, None):
+            check_input_file(getattr(args, flag), "--" + flag.replace("_", "-"))
     if getattr(args, "counters_by_kernel", False) and not getattr(args, "counters", False):
         raise InputError("--counters-by-kernel: only with --counters")
     from verify_kernels.variants import VARIANTS

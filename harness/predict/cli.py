@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.arguments import input_file, int_in, int_list_in, json_dict, prefix_lengths
+from harness.arguments import int_in, int_list_in, json_dict, prefix_lengths
 from harness.measure.inputs import check_output_dir, check_source_checkout
 from harness.measure.paths import default_optuna_storage
 from harness.predict.fitted import PARAMS_DIR, load_params, params_path
@@ -164,13 +164,13 @@ def add_commands(sub) -> None:
     predict.add_argument("--tree", type=int_list_in(1, 1024), default=[64], help="tree sizes T")
     predict.add_argument("--heads", type=int_list_in(1, 128), default=[8], help="heads H")
     predict.add_argument("--fitted-on", default="sm_90", help="the arch whose measurements fitted the parameters")
-    predict.add_argument("--check", type=input_file, nargs="+", metavar="RECORDS",
+    predict.add_argument("--check", type=Path, nargs="+", metavar="RECORDS",
                          help="bench JSONL files measured on --arch: report the predictor's error against them "
                               "(per shape: Spearman, predicted-best / best, median |%% error|) instead of predicting")
     predict.set_defaults(func=cmd_predict)
 
     fit = sub.add_parser("predict-fit", help="fit the predictor on records, validate on held-out configs")
-    fit.add_argument("--records", type=input_file, nargs="+", help="bench JSONL files of one GPU")
+    fit.add_argument("--records", type=Path, nargs="+", help="bench JSONL files of one GPU")
     fit.add_argument("--study", help="or a vk tune study's name (e.g. an exhaustive one) in --storage")
     fit.add_argument("--storage", default=default_optuna_storage(), help="the Optuna storage of --study")
     fit.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")

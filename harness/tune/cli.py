@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.arguments import float_at_least, input_file, int_in, int_list_in, output_file, prefix_lengths, seed
+from harness.arguments import float_at_least, int_in, int_list_in, output_file, prefix_lengths, seed
 from harness.measure.inputs import check_source_checkout, read_yaml_mapping
 
 
@@ -213,8 +213,8 @@ def add_commands(sub) -> None:
                            description="Show the tuned winner tables: those vk tune measured under results/tuned/ and "
                                        "those the package ships for variant='auto' (verify_kernels/tuned/).")
     tuned.add_argument("--check", action="store_true", help="exit 1 when a record's kernel source hash is stale")
-    tuned.add_argument("--file", type=input_file, help="one table instead of all of them")
-    tuned.add_argument("--compare", type=input_file, nargs=2, metavar=("FIRST", "SECOND"),
+    tuned.add_argument("--file", type=Path, help="one table instead of all of them")
+    tuned.add_argument("--compare", type=Path, nargs=2, metavar=("FIRST", "SECOND"),
                        help="per shared key, the two tables' winners side by side: e.g. a proxy table "
                             "(vk tune --constrain-to sm_120) against the predicted one (predicted-sm_120.yaml)")
     tuned.add_argument("--json", action="store_true", help="with --compare: also print the rows as JSON")

@@ -136,7 +136,7 @@ def test_peers_report_says_ahead_or_behind_per_shape():
                _row("gluon_wgmma_ws", 1.0, "variant", length=131072), _row("flash_mla", 1.5, "peer", length=131072),
                _row("flashinfer_fa3", 0.01, "peer", length=131072, status="wrong"),   # never competes
                _row("cuda_ws", 1.0, "variant", tree="random"), _row("sdpa_gathered", 9.0, "peer", tree="random")]
-    rows = {(r["shape"][0], r["shape"][1]): r for r in ahead_or_behind(records)}
+    rows = {(r["shape"][0], r["shape"][1][0]): r for r in ahead_or_behind(records)}  # shape L: the lengths
     assert rows[("chain", 4096)]["verdict"] == "behind" and rows[("chain", 4096)]["ratio"] == pytest.approx(0.8)
     assert rows[("chain", 131072)]["verdict"] == "ahead" and rows[("chain", 131072)]["peer"]["variant"] == "flash_mla"
     assert rows[("random", 4096)]["ratio"] == pytest.approx(9.0)

@@ -50,7 +50,8 @@ def test_the_profiled_replay_is_a_separate_process_of_the_same_point(monkeypatch
     assert seen[0][1:3] == ["-m", "harness.bench.counters_target"]
     spec = json.loads(seen[0][3])
     assert spec == {"variant": "cuda_ws", "prefix_len": 185000, "tree_nodes": 64, "heads": 8, "page_size": 64,
-                    "batch": 1, "dtype": "bfloat16", "tree": "random", "config": {"STAGES": 4}, "seed": 3}
+                    "batch": 1, "dtype": "bfloat16", "tree": "random", "config": {"STAGES": 4}, "seed": 3,
+                    "prefix_lens": []}
     assert sweep.counter_cells(rows[0])[:2] == ("61.0", "88.0")
     assert "tensor %" in sweep.format_table([{**rows[0], "prefix_len": 1, "tree_nodes": 1, "heads": 1,
                                               "page_size": 64}])

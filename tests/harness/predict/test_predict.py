@@ -156,7 +156,8 @@ def test_predict_check_refuses_files_without_records(tmp_path):
     empty.write_text("")
     done = subprocess.run([sys.executable, "-m", "harness", "predict", "--check", str(empty), "--arch", "sm_90"],
                           capture_output=True, text=True)
-    assert done.returncode == 2 and "no ok records of 'cuda_ws'" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "empty.jsonl: expected JSON Lines records, got an empty file" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_cuda_coalesced_tile_work_by_hand():

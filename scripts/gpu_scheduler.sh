@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The work planner (issue 33) and the argument layouts (issue 32) on the GPU host, in one call:
+#   test    the layout property test (every variant), the planner's graph-replay test, the torch ops
+#                                                              -> results/check/scheduler-test-<gpu>.log
+#   oracle  the oracle suite of the planned variants and of those whose combine changed
+#                                                              -> results/check/scheduler-oracle-<gpu>.log
+#   bench   ragged batches and short trees, planned kernels beside FlashMLA and FlashInfer (chain trees,
+#           graph replay, L2 flushed)                              -> results/bench/scheduler-<gpu>.jsonl
+#   report  vk report --peers of it                                -> results/report/scheduler-<gpu>.md
+# Installs the peers that travelled in .peers/ (scripts/gpu_peers.sh says how they are made).
+# Usage (repository root): bash scripts/gpu_scheduler.sh SECONDS STEP[:SECONDS]...
+. scripts/gpu_env.sh
+deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
+if [ -d .peers/flashinfer ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .peers/flashinfer/wheels/*.whl
+  tar -xJf .peers/flashinfer/flashinfer-slim.tar.xz -C /tmp/site
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export FLASHINFER_WORKSPACE_BASE=/tmp/fi-workspace; mkdir -p $FLASHINFER_WORKSPACE_BASE
+unpack() { ls "$1".* >/dev/null 2>&1 && cat "$1".* | tar -xJ -C "$2"; }  # ARCHIVE (without .N) DIR
+unpack .peers/flashinfer/jit-cache.tar.xz $FLASHINFER_WORKSPACE_BASE
+unpack .peers/flash_mla/flash_mla-sm90.tar.xz /tmp/site
+records="results/bench/scheduler-$sku.jsonl"; mkdir -p results/bench results/report results/check
+ours="gluon_wgmma_ws cuda_ws triton_splitkv"
+peers="flash_mla flashinfer_fa3 flashinfer_fa2"
+bench() {  # the shape flags of one group of points
+  timeout -s INT -k 15 "$(left)" python3 -m harness bench --no-progress --resume --variants $ours --peers $peers \
+    --tree-kind chain --page-size 64 --mode graph --rep-ms 100 --out "$records" "$@" \
+    >> "results/bench/scheduler-$sku.txt" 2>&1
+  tail -n 3 "results/bench/scheduler-$sku.txt"
+}
+for item in "$@"; do
+  step=${item%%:*}; end=$deadline
+  [ "$step" != "$item" ] && end=$(( $(date +%s) + ${item#*:} < deadline ? $(date +%s) + ${item#*:} : deadline ))
+  left() { local s=$(( end - $(date +%s) )); echo $(( s > 1 ? s : 1 )); }
+  echo "== $step ($(left) s)"
+  case $step in
+    test|oracle)
+      log="results/check/scheduler-$step-$sku.log"
+      if [ $step = test ]; then
+        tests=(tests/kernels/test_layouts.py tests/kernels/test_planner.py tests/kernels/test_ops.py)
+      else  # the variants the plan or the one combine changed
+        tests=(tests/kernels/test_variants.py -k "not triton_ps1 and not cuda_coalesced")
+      fi
+      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+        echo "command: python3 -m pytest -q -p no:cacheprovider -rs ${tests[*]}"; } > "$log"
+      timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider -rs "${tests[@]}" >> "$log" 2>&1
+      tail -n 12 "$log"; pack ;;
+    bench)
+      bench --ragged 185000,4096,32768,131072 --tree 64 --heads 8
+      bench --ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16
+      bench --ragged 65536,65536,65536,65536,65536,65536,65536,65536 --tree 16 --heads 16
+      bench --prefix 131072,32768 --tree 16 --heads 8
+      bench --prefix 4096,185000 --tree 64 --heads 8
+      bench --prefix 185000 --tree 256 --heads 8
+      pack ;;
+    report) python3 -m harness report "$records" --peers --title "The planner beside the peers ($sku)" \
+              --out "results/report/scheduler-$sku" > /dev/null 2>&1; pack
+            sed -n '/## Ours against the peers/,/## The portable race/p' "results/report/scheduler-$sku.md" | head -n 40 ;;
+    *) echo "unknown step $step" >&2 ;;
+  esac
+done

@@ -1,0 +1,94 @@
+"""The work planner (verify_kernels/planner.py): the device plan equals its Python statement, stays
+inside the bounds the launch was sized for, balances a ragged batch, and a CUDA graph captured once
+stays right when the prefix lengths change under it (the decode loop's case)."""
+
+import pytest
+import torch
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from verify_kernels import make_problem, planner, reference_attention, variants, verify_attention  # noqa: E402
+
+from conftest import DEVICE, HAS_CUDA, capture_graph  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(lengths=st.lists(st.integers(0, 300_000), min_size=1, max_size=40), tree_nodes=st.integers(1, 256),
+       row_blocks=st.integers(1, 64), block_n=st.sampled_from([16, 32, 64]), sms=st.sampled_from([132, 188]),
+       ctas_per_sm=st.sampled_from([1, 2]), kv_splits=st.sampled_from([0, 0, 1, 3, 64]))
+def test_the_device_plan_is_the_reference_plan_within_its_bounds(lengths, tree_nodes, row_blocks, block_n, sms,
+                                                                 ctas_per_sm, kv_splits):
+    capacity = max(lengths) + tree_nodes + 97  # a table a little larger than the longest request
+    bounds = planner.plan_bounds(batch=len(lengths), row_blocks=row_blocks, capacity=capacity, block_n=block_n,
+                                 sms=sms, kv_splits=kv_splits, ctas_per_sm=ctas_per_sm)
+    plan = planner.make_plan(torch.tensor(lengths, dtype=torch.int32, device=DEVICE), tree_nodes, bounds).tolist()
+    starts, chunk = planner.reference_plan(lengths, tree_nodes, bounds)
+    assert plan == [*starts, chunk]
+    assert starts[-1] <= bounds.max_units, (starts[-1], bounds)
+    assert chunk % block_n == 0
+    for length, first, last in zip(lengths, starts, starts[1:]):
+        assert (last - first) * chunk >= length + tree_nodes or kv_splits, "a request's splits miss its tail"
+        assert last - first >= 1
+
+
+def test_a_ragged_batch_is_cut_into_near_equal_units():
+    """One 185k request beside short ones: every unit is at most one chunk, and the chunks fill the
+    SMs (the units' count near the target), not one CTA per request."""
+    lengths, tree_nodes, block_n = [185_000, 4096, 32_768, 131_072, 64, 900], 64, 64
+    bounds = planner.plan_bounds(batch=len(lengths), row_blocks=8, capacity=190_000, block_n=block_n, sms=132,
+                                 kv_splits=0, ctas_per_sm=1)
+    starts, chunk = planner.reference_plan(lengths, tree_nodes, bounds)
+    units = starts[-1]
+    assert bounds.target_units <= units <= bounds.target_units + len(lengths)
+    total = sum(length + tree_nodes for length in lengths)
+    assert chunk <= 2 * total / bounds.target_units + block_n  # no unit holds much more than its share
+
+
+def _every_slot_finite(problem):
+    """The problem's arguments with every pool slot random instead of NaN: the new lengths put
+    other slots inside the sequences (a kernel that reads past a sequence still reads wrong rows)."""
+    q, kv, table, lens, mask = problem.arguments()
+    kv.copy_(torch.where(kv.isnan(), torch.randn_like(kv), kv))
+    return q, kv, table, lens, mask
+
+
+@pytest.mark.parametrize("variant", [name for name in ("triton_splitkv", "gluon_wgmma_ws")])
+@pytest.mark.gpu
+def test_a_graph_replayed_with_new_prefix_lengths_stays_right(variant):
+    """Capture once at one set of lengths, then write longer and shorter ones into the same tensor
+    (the table holds them all) and replay: every replay matches the oracle at its lengths."""
+    module = variants.load_variant(variant)
+    problem = make_problem([3000, 17, 900], 24, 4, page_size=64, device="cuda", seed=4)
+    shape_check = module.unsupported_reason
+    from verify_kernels.contract import check_arguments
+
+    reason = shape_check(check_arguments(*problem.arguments(), **problem.kwargs()))
+    if reason:
+        pytest.skip(reason)
+    q, kv, table, lens, mask = _every_slot_finite(problem)
+    out = torch.empty(*q.shape[:3], 512, dtype=q.dtype, device="cuda")
+    graph = capture_graph(lambda: verify_attention(q, kv, table, lens, mask, **problem.kwargs(), variant=variant,
+                                                   out=out, validate=False))
+    capacity = table.shape[1] * kv.shape[1] - q.shape[1]
+    for new in ([3000, 17, 900], [capacity, 0, 5], [1, 2, 3], [100, capacity, capacity // 2]):
+        lens.copy_(torch.tensor(new, dtype=torch.int32))
+        out.fill_(float("nan"))
+        graph.replay()
+        expected = reference_attention(q, kv, table, lens, mask, **problem.kwargs())
+        error = float((out.double() - expected.double()).norm() / expected.double().norm())
+        assert error < 1e-2, (variant, new, error)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU path of the same check")
+def test_triton_splitkv_follows_new_prefix_lengths_on_the_cpu():
+    problem = make_problem([300, 17, 90], 12, 2, page_size=16, device="cpu", seed=4)
+    q, kv, table, lens, mask = _every_slot_finite(problem)
+    capacity = table.shape[1] * kv.shape[1] - q.shape[1]
+    for new in ([300, 17, 90], [capacity, 0, 5], [1, 2, 3]):
+        lens.copy_(torch.tensor(new, dtype=torch.int32))
+        out = verify_attention(q, kv, table, lens, mask, **problem.kwargs(), variant="triton_splitkv",
+                               config={"BLOCK_N": 16})
+        expected = reference_attention(q, kv, table, lens, mask, **problem.kwargs())
+        assert float((out.double() - expected.double()).norm() / expected.double().norm()) < 1e-2, new

@@ -1,0 +1,124 @@
+"""The work planner of the paged split-KV variants: which CTA attends which request's rows to which
+KV positions, decided on the device from ``prefix_lens`` (no host sync, so a CUDA graph captured
+once stays right when the lengths change), with bounds known from shapes alone.
+
+The unit of work is (request b, split s) x row block: the rows r0.. r0+ROWS-1 of request b against
+the positions [s * chunk, min((s + 1) * chunk, prefix_len_b + T)). A plan is
+
+```
+plan[0 .. B]   split_start: exclusive prefix sum of each request's split count (plan[B] = all units)
+plan[B + 1]    chunk: positions per split (a multiple of BLOCK_N)
+```
+
+and unit u (0 <= u < plan[B]) is split u - split_start[b] of the request b with split_start[b] <= u <
+split_start[b + 1]. The attention kernel's grid is (row blocks, ``max_units``); a program whose unit
+is past plan[B] has nothing to do. Partial outputs are indexed by unit, so a request's splits are
+contiguous and the combine reads them in one run.
+
+Two rules fill it:
+- balanced (``kv_splits`` = 0): every request's positions in chunks of the same size, chosen so
+  that all the batch's units fill ``ctas_per_sm`` CTAs on every SM, and never shorter than
+  MIN_CHUNK_TOKENS (a split costs a partial output and a combine read). A long request gets many
+  splits and a short one few, so a ragged batch keeps every SM busy until the end;
+- fixed (``kv_splits`` = N > 0): N splits per request of ceil(capacity / N) positions (the block
+  table's capacity), as before the planner; a tuned config that names a split count keeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+MIN_CHUNK_TOKENS = 256
+CTAS_PER_SM = 2
+
+
+@dataclass(frozen=True)
+class PlanBounds:
+    """What the launch needs to know without reading the plan: its grid and buffer sizes."""
+
+    max_units: int       # grid dimension of units; programs past the plan's count exit
+    fixed_splits: int    # 0: balanced rule; N: N splits per request
+    target_units: int    # balanced: units the chunk size aims at (0 with fixed splits)
+    fixed_chunk: int     # fixed: positions per split (0 with the balanced rule)
+    min_chunk: int       # balanced: the smallest chunk (positions)
+    block_n: int
+
+
+def plan_bounds(*, batch: int, row_blocks: int, capacity: int, block_n: int, sms: int, kv_splits: int,
+                ctas_per_sm: int = CTAS_PER_SM, min_chunk_tokens: int = MIN_CHUNK_TOKENS) -> PlanBounds:
+    """The plan's bounds from shapes alone (``capacity``: positions the block table holds per request)."""
+    if kv_splits:
+        chunk = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
+        return PlanBounds(batch * kv_splits, kv_splits, 0, chunk, 0, block_n)
+    target = max(1, ctas_per_sm * sms // row_blocks)
+    min_chunk = triton.cdiv(max(min_chunk_tokens, block_n), block_n) * block_n
+    # Each request's last split may be short: at most one unit per request beyond the target; and no
+    # request has more splits than its capacity holds chunks.
+    most = min(target + batch, batch * triton.cdiv(capacity, min_chunk))
+    return PlanBounds(max(batch, most), 0, target, 0, min_chunk, block_n)
+
+
+@triton.jit
+def _plan_kernel(PrefixLens, Plan, B, T, target_units, fixed_chunk, min_chunk,
+                 FIXED_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, B_POW2: tl.constexpr):
+    """One program: every request's split count, their exclusive prefix sum and the chunk."""
+    b = tl.arange(0, B_POW2)
+    valid = b < B
+    lengths = tl.load(PrefixLens + b, mask=valid, other=0) + T
+    if FIXED_SPLITS > 0:
+        chunk = fixed_chunk
+        splits = tl.where(valid, FIXED_SPLITS, 0)
+    else:
+        tiles = tl.where(valid, (lengths + BLOCK_N - 1) // BLOCK_N, 0)
+        chunk_tiles = tl.maximum(min_chunk // BLOCK_N, (tl.sum(tiles, 0) + target_units - 1) // target_units)
+        chunk = chunk_tiles * BLOCK_N
+        splits = tl.where(valid, (tiles + chunk_tiles - 1) // chunk_tiles, 0)
+    ends = tl.cumsum(splits, 0)
+    tl.store(Plan + 1 + b, ends, mask=valid)
+    tl.store(Plan + b, ends - splits, mask=b == 0)
+    tl.store(Plan + B + 1, chunk)
+
+
+def make_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds: PlanBounds) -> torch.Tensor:
+    """The plan (int32 [B + 2], on prefix_lens' device) for this call: one tiny launch, no sync."""
+    batch = prefix_lens.shape[0]
+    plan = torch.empty(batch + 2, dtype=torch.int32, device=prefix_lens.device)
+    _plan_kernel[(1,)](prefix_lens, plan, batch, tree_nodes, bounds.target_units, bounds.fixed_chunk,
+                       bounds.min_chunk, FIXED_SPLITS=bounds.fixed_splits, BLOCK_N=bounds.block_n,
+                       B_POW2=triton.next_power_of_2(batch), num_warps=1)
+    return plan
+
+
+@triton.jit
+def unit_of(Plan, unit, B, B_POW2: tl.constexpr):
+    """(request, split, first position, chunk, splits of the request, units in the plan) of ``unit``;
+    request is B when ``unit`` is past the plan."""
+    b = tl.arange(0, B_POW2)
+    ends = tl.load(Plan + 1 + b, mask=b < B, other=2147483647)
+    request = tl.sum((ends <= unit).to(tl.int32), 0)
+    safe = tl.minimum(request, B - 1)
+    first_unit = tl.load(Plan + safe)
+    splits = tl.load(Plan + safe + 1) - first_unit
+    chunk = tl.load(Plan + B + 1)
+    split = unit - first_unit
+    return request, split, split * chunk, chunk, splits, tl.load(Plan + B)
+
+
+def reference_plan(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) -> tuple[list[int], int]:
+    """The same plan in Python (split_start with B + 1 entries, chunk), for tests and models."""
+    if bounds.fixed_splits:
+        splits = [bounds.fixed_splits] * len(prefix_lens)
+        chunk = bounds.fixed_chunk
+    else:
+        tiles = [-(-(length + tree_nodes) // bounds.block_n) for length in prefix_lens]
+        chunk_tiles = max(bounds.min_chunk // bounds.block_n, -(-sum(tiles) // bounds.target_units))
+        chunk = chunk_tiles * bounds.block_n
+        splits = [-(-t // chunk_tiles) for t in tiles]
+    starts = [0]
+    for count in splits:
+        starts.append(starts[-1] + count)
+    return starts, chunk
