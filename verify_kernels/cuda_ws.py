@@ -181,7 +181,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
             np.float32(sm_scale * math.log2(math.e)), ptr(_zero_row(q.dtype, device_index).data_ptr()),
         ), shared_mem=shared, stream=stream)
     if kv_splits > 1:
-        launch_combine(partial_out, partial_lse, fixed_plan(batch, kv_splits, out.device), out, batch * kv_splits)
+        launch_combine(partial_out, partial_lse, fixed_plan(batch, kv_splits, out.device), out,
+                       batch * kv_splits, kv_splits)
 
 
 def tile_work(config: dict) -> dict:

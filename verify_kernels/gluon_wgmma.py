@@ -201,7 +201,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         num_warps=NUM_WARPS,
     )
     if kv_splits > 1:
-        launch_combine(partial_out, partial_lse, fixed_plan(batch, kv_splits, out.device), out, batch * kv_splits)
+        launch_combine(partial_out, partial_lse, fixed_plan(batch, kv_splits, out.device), out,
+                       batch * kv_splits, kv_splits)
 
 
 def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree_nodes: int = 64, heads: int = 8,

@@ -43,10 +43,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from . import planner
-from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE,
-                           DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, copy_rows, cta_barrier, plan_unit, pool_rows,
-                           tma_async_load, unsupported_reason)
-from .splits import MAX_KV_SPLITS, sm_count
+from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE, LN2, LOG2E,
+                           PAGE_SIZES, copy_rows, cta_barrier, plan_unit, pool_rows, tma_async_load,
+                           unsupported_reason)
+from .gluon_common import DEFAULT_CONFIG as _GLUON_DEFAULTS
+from .splits import sm_count
+
+# waves: the planner's (planner.plan_bounds): one CTA per SM, the batch cut into two waves of units.
+DEFAULT_CONFIG = {**_GLUON_DEFAULTS, "waves": 2}
 
 # The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma comes from gluon_common.
 __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRETABLE", "DEFAULT_CONFIG",
@@ -335,9 +339,7 @@ def complete_config(config: dict, shape) -> dict:
     224 KB of shared memory; N: N splits per request)."""
     if config["BLOCK_N"] not in BLOCK_N_CHOICES:
         raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
-    if not 0 <= config["kv_splits"] <= MAX_KV_SPLITS:
-        raise ValueError(f"config: kv_splits must be 0 (planned) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
-    return config
+    return planner.check_plan_config(config)
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
@@ -350,7 +352,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     row_blocks = triton.cdiv(tree_nodes * heads, BLOCK_M)
     bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * kv_cache.shape[1],
                                  block_n=block_n, sms=sm_count(q.device), kv_splits=config["kv_splits"],
-                                 ctas_per_sm=1)
+                                 ctas_per_sm=1, waves=config["waves"])
     plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
     partial_out, partial_lse = partial_buffers(out, bounds.max_units)
     lat_desc, rope_desc = kv_descriptors(kv_cache, block_n, v_dim)
@@ -366,7 +368,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         B_POW2=triton.next_power_of_2(batch), WORKER_REGS=WORKER_REGISTERS, num_warps=PARTITION_WARPS,
     )
     if config["kv_splits"] != 1:
-        launch_combine(partial_out, partial_lse, plan, out, bounds.max_units)
+        launch_combine(partial_out, partial_lse, plan, out, bounds.max_units, bounds.max_splits)
 
 
 def _descriptor_type(dtype: str, block_rows: int, columns: int) -> str:

@@ -16,10 +16,11 @@ is past plan[B] has nothing to do. Partial outputs are indexed by unit, so a req
 contiguous and the combine reads them in one run.
 
 Two rules fill it:
-- balanced (``kv_splits`` = 0): every request's positions in chunks of the same size, chosen so
-  that all the batch's units fill ``ctas_per_sm`` CTAs on every SM, and never shorter than
-  MIN_CHUNK_TOKENS (a split costs a partial output and a combine read). A long request gets many
-  splits and a short one few, so a ragged batch keeps every SM busy until the end;
+- balanced (``kv_splits`` = 0): every request's positions in chunks of the same size, the smallest
+  (never under MIN_CHUNK_TOKENS: a split costs a partial output and a combine read) whose units
+  all fit in ``waves`` waves of ``ctas_per_sm`` CTAs on every SM (a binary search over the chunk on
+  the device). A long request gets many splits and a short one few, so a ragged batch keeps every
+  SM busy until the end, and no partial last wave doubles the time;
 - fixed (``kv_splits`` = N > 0): N splits per request of ceil(capacity / N) positions (the block
   table's capacity), as before the planner; a tuned config that names a split count keeps it.
 """
@@ -32,8 +33,11 @@ import torch
 import triton
 import triton.language as tl
 
+from .splits import MAX_KV_SPLITS
+
 MIN_CHUNK_TOKENS = 256
 CTAS_PER_SM = 2
+MAX_WAVES = 16
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class PlanBounds:
     """What the launch needs to know without reading the plan: its grid and buffer sizes."""
 
     max_units: int       # grid dimension of units; programs past the plan's count exit
+    max_splits: int      # the most units one request can have (the combine's width)
     fixed_splits: int    # 0: balanced rule; N: N splits per request
     target_units: int    # balanced: units the chunk size aims at (0 with fixed splits)
     fixed_chunk: int     # fixed: positions per split (0 with the balanced rule)
@@ -49,17 +54,29 @@ class PlanBounds:
 
 
 def plan_bounds(*, batch: int, row_blocks: int, capacity: int, block_n: int, sms: int, kv_splits: int,
-                ctas_per_sm: int = CTAS_PER_SM, min_chunk_tokens: int = MIN_CHUNK_TOKENS) -> PlanBounds:
-    """The plan's bounds from shapes alone (``capacity``: positions the block table holds per request)."""
+                ctas_per_sm: int = CTAS_PER_SM, waves: int = 1, min_chunk_tokens: int = MIN_CHUNK_TOKENS) -> PlanBounds:
+    """The plan's bounds from shapes alone (``capacity``: positions the block table holds per request).
+    ``waves`` > 1 cuts the batch into that many waves of units: the hardware hands each SM the next
+    CTA as one finishes, so smaller units even out what one wave's quantisation leaves (a short
+    request's unit beside a long one's) at the cost of more partial rows to combine."""
     if kv_splits:
         chunk = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
-        return PlanBounds(batch * kv_splits, kv_splits, 0, chunk, 0, block_n)
-    target = max(1, ctas_per_sm * sms // row_blocks)
+        return PlanBounds(batch * kv_splits, kv_splits, kv_splits, 0, chunk, 0, block_n)
+    target = max(1, waves * ctas_per_sm * sms // row_blocks)
     min_chunk = triton.cdiv(max(min_chunk_tokens, block_n), block_n) * block_n
-    # Each request's last split may be short: at most one unit per request beyond the target; and no
+    # At most the target (one wave), or one unit per request when there are more requests; and no
     # request has more splits than its capacity holds chunks.
-    most = min(target + batch, batch * triton.cdiv(capacity, min_chunk))
-    return PlanBounds(max(batch, most), 0, target, 0, min_chunk, block_n)
+    per_request = max(1, min(target, triton.cdiv(capacity, min_chunk)))
+    return PlanBounds(max(batch, min(target, batch * per_request)), per_request, 0, target, 0, min_chunk, block_n)
+
+
+def check_plan_config(config: dict) -> dict:
+    """A variant's planner keys: ``kv_splits`` 0 (balanced) or 1..MAX_KV_SPLITS (fixed), ``waves`` 1..MAX_WAVES."""
+    if not 0 <= config["kv_splits"] <= MAX_KV_SPLITS:
+        raise ValueError(f"config: kv_splits must be 0 (planned) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
+    if not 1 <= config.get("waves", 1) <= MAX_WAVES:
+        raise ValueError(f"config: waves must be 1..{MAX_WAVES}, got {config['waves']}")
+    return config
 
 
 @triton.jit
@@ -74,9 +91,18 @@ def _plan_kernel(PrefixLens, Plan, B, T, target_units, fixed_chunk, min_chunk,
         splits = tl.where(valid, FIXED_SPLITS, 0)
     else:
         tiles = tl.where(valid, (lengths + BLOCK_N - 1) // BLOCK_N, 0)
-        chunk_tiles = tl.maximum(min_chunk // BLOCK_N, (tl.sum(tiles, 0) + target_units - 1) // target_units)
-        chunk = chunk_tiles * BLOCK_N
-        splits = tl.where(valid, (tiles + chunk_tiles - 1) // chunk_tiles, 0)
+        # The smallest chunk whose units fit the target: units(chunk) falls as chunk grows; at the
+        # longest request's tile count every request is one unit (more than the target only when
+        # there are more requests than it).
+        lo = tl.maximum(min_chunk // BLOCK_N, (tl.sum(tiles, 0) + target_units - 1) // target_units)
+        hi = tl.maximum(lo, tl.max(tiles, 0))
+        for _ in range(32):
+            mid = (lo + hi) // 2
+            fits = tl.sum(tl.where(valid, (tiles + mid - 1) // mid, 0), 0) <= target_units
+            hi = tl.where(fits, mid, hi)
+            lo = tl.where(fits, lo, mid + 1)
+        chunk = hi * BLOCK_N
+        splits = tl.where(valid, (tiles + hi - 1) // hi, 0)
     ends = tl.cumsum(splits, 0)
     tl.store(Plan + 1 + b, ends, mask=valid)
     tl.store(Plan + b, ends - splits, mask=b == 0)
@@ -115,7 +141,15 @@ def reference_plan(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) 
         chunk = bounds.fixed_chunk
     else:
         tiles = [-(-(length + tree_nodes) // bounds.block_n) for length in prefix_lens]
-        chunk_tiles = max(bounds.min_chunk // bounds.block_n, -(-sum(tiles) // bounds.target_units))
+        low = max(bounds.min_chunk // bounds.block_n, -(-sum(tiles) // bounds.target_units))
+        high = max(low, max(tiles))
+        while low < high:  # the smallest chunk (in tiles) whose units fit the target
+            middle = (low + high) // 2
+            if sum(-(-t // middle) for t in tiles) <= bounds.target_units:
+                high = middle
+            else:
+                low = middle + 1
+        chunk_tiles = high
         chunk = chunk_tiles * bounds.block_n
         splits = [-(-t // chunk_tiles) for t in tiles]
     starts = [0]

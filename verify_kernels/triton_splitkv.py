@@ -34,7 +34,7 @@ from . import triton_common
 from .contract import ProblemShape
 from . import planner
 from .split_combine import launch_combine, partial_buffers
-from .splits import MAX_KV_SPLITS, sm_count
+from .splits import sm_count
 from .triton_dot import dot
 
 # Runs on the CPU through the Triton interpreter (the CPU test suite).
@@ -43,13 +43,14 @@ PAGE_SIZES = (16, 32, 64)
 CHECK_PAGE_SIZES = (16, 64)
 # Configs `vk check` and the tests run besides the default: forced splits exercise the combine,
 # empty splits and splits that hold only tree tokens even on the small CPU shapes.
-CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 16}, {"kv_splits": 8, "BLOCK_M": 16, "BLOCK_N": 32})
+CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 16}, {"kv_splits": 8, "BLOCK_M": 16, "BLOCK_N": 32},
+                 {"waves": 4, "BLOCK_N": 16})
 # Per-arch defaults. sm_90: the fastest of the configs timed on an H200 at L = 131072, T = 16 and
 # 64, H = 8 (results/bench/splitkv-configs-nvidia-h200.jsonl). sm_120 has 99 KB of shared memory
 # per block: the largest tiles that compile for it without spills (`vk static --arch sm_120`).
 DEFAULT_CONFIGS = {
-    "sm_90": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "kv_splits": 0},
-    "sm_120": {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "kv_splits": 0},
+    "sm_90": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "kv_splits": 0, "waves": 1},
+    "sm_120": {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2, "kv_splits": 0, "waves": 1},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_90"]
 
@@ -186,9 +187,7 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
     for key in ("BLOCK_M", "BLOCK_N"):
         if not (triton_common.is_power_of_two(config[key]) and config[key] >= 16):
             raise ValueError(f"config: {key} must be a power of two >= 16, got {config[key]}")
-    if not 0 <= config["kv_splits"] <= MAX_KV_SPLITS:
-        raise ValueError(f"config: kv_splits must be 0 (planned) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
-    return config
+    return planner.check_plan_config(config)
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
@@ -198,7 +197,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     row_blocks = triton.cdiv(tree_nodes * heads, config["BLOCK_M"])
     page_size = kv_cache.shape[1]
     bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * page_size,
-                                 block_n=config["BLOCK_N"], sms=sm_count(q.device), kv_splits=config["kv_splits"])
+                                 block_n=config["BLOCK_N"], sms=sm_count(q.device), kv_splits=config["kv_splits"],
+                                 waves=config["waves"])
     plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
     partial_out, partial_lse = partial_buffers(out, bounds.max_units)
     _splitkv_verify_kernel[(row_blocks, bounds.max_units)](
@@ -215,7 +215,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     if config["kv_splits"] != 1:
-        launch_combine(partial_out, partial_lse, plan, out, bounds.max_units)
+        launch_combine(partial_out, partial_lse, plan, out, bounds.max_units, bounds.max_splits)
 
 
 def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", head_dim: int = 576, v_dim: int = 512,

@@ -21,7 +21,7 @@ from verify_kernels.contract import ALIGN_BYTES, check_arguments  # noqa: E402
 from conftest import DEVICE, HAS_CUDA  # noqa: E402
 
 TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 2e-3}
-LAYOUTS = settings(max_examples=10 if not HAS_CUDA else 25, deadline=None, derandomize=True,
+LAYOUTS = settings(max_examples=10 if not HAS_CUDA else 12, deadline=None, derandomize=True,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 ARGUMENTS = ("q", "kv_cache", "block_table", "prefix_lens", "tree_mask", "out")
 
