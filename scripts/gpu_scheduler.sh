@@ -7,6 +7,8 @@
 #   bench   ragged batches and short trees, planned kernels beside FlashMLA and FlashInfer (chain trees,
 #           graph replay, L2 flushed)                              -> results/bench/scheduler-<gpu>.jsonl
 #   report  vk report --peers of it                                -> results/report/scheduler-<gpu>.md
+#   waves   the planned kernels at plan waves 1, 2 and 4 on a ragged batch and a short tree
+#                                                              -> results/bench/scheduler-waves-<gpu>.jsonl
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers.sh says how they are made).
 # Usage (repository root): bash scripts/gpu_scheduler.sh SECONDS STEP[:SECONDS]...
 . scripts/gpu_env.sh
@@ -54,6 +56,15 @@ for item in "$@"; do
       bench --prefix 4096,185000 --tree 64 --heads 8
       bench --prefix 185000 --tree 256 --heads 8
       pack ;;
+    waves)
+      for shape in "--ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16" \
+                   "--prefix 131072 --tree 16 --heads 8"; do
+        timeout -s INT -k 15 "$(left)" python3 -m harness bench --no-progress --resume --variants gluon_wgmma_ws \
+          triton_splitkv --peers --tree-kind chain --page-size 64 --mode graph --rep-ms 100 $shape \
+          --config '{"waves": 1}' --config '{"waves": 2}' --config '{"waves": 4}' \
+          --out "results/bench/scheduler-waves-$sku.jsonl" >> "results/bench/scheduler-waves-$sku.txt" 2>&1
+      done
+      tail -n 8 "results/bench/scheduler-waves-$sku.txt"; pack ;;
     report) python3 -m harness report "$records" --peers --title "The planner beside the peers ($sku)" \
               --out "results/report/scheduler-$sku" > /dev/null 2>&1; pack
             sed -n '/## Ours against the peers/,/## The portable race/p' "results/report/scheduler-$sku.md" | head -n 40 ;;
