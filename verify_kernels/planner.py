@@ -38,6 +38,8 @@ from .splits import MAX_KV_SPLITS
 MIN_CHUNK_TOKENS = 256
 CTAS_PER_SM = 2
 MAX_WAVES = 16
+# A one-wave plan is kept when its busiest unit holds at most 1/ONE_WAVE_BALANCE of an even share.
+ONE_WAVE_BALANCE = 0.9
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,8 @@ class PlanBounds:
     max_units: int       # grid dimension of units; programs past the plan's count exit
     max_splits: int      # the most units one request can have (the combine's width)
     fixed_splits: int    # 0: balanced rule; N: N splits per request
-    target_units: int    # balanced: units the chunk size aims at (0 with fixed splits)
+    target_units: int    # balanced: the most units the plan may have, ``waves`` waves of them (0 with fixed splits)
+    wave_units: int      # balanced: the units of one wave (0 with fixed splits)
     fixed_chunk: int     # fixed: positions per split (0 with the balanced rule)
     min_chunk: int       # balanced: the smallest chunk (positions)
     block_n: int
@@ -56,18 +59,22 @@ class PlanBounds:
 def plan_bounds(*, batch: int, row_blocks: int, capacity: int, block_n: int, sms: int, kv_splits: int,
                 ctas_per_sm: int = CTAS_PER_SM, waves: int = 1, min_chunk_tokens: int = MIN_CHUNK_TOKENS) -> PlanBounds:
     """The plan's bounds from shapes alone (``capacity``: positions the block table holds per request).
-    ``waves`` > 1 cuts the batch into that many waves of units: the hardware hands each SM the next
-    CTA as one finishes, so smaller units even out what one wave's quantisation leaves (a short
-    request's unit beside a long one's) at the cost of more partial rows to combine."""
+    ``waves`` > 1 lets the plan cut a batch that one wave balances badly (below ONE_WAVE_BALANCE: a
+    short request's unit beside a long one's) into that many waves of smaller units: the hardware
+    hands each SM the next CTA as one finishes, so they even out, at the cost of more partial rows
+    and more per-unit set-up. A batch one wave balances well (a single request, equal ones) keeps
+    one wave."""
     if kv_splits:
         chunk = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
-        return PlanBounds(batch * kv_splits, kv_splits, kv_splits, 0, chunk, 0, block_n)
-    target = max(1, waves * ctas_per_sm * sms // row_blocks)
+        return PlanBounds(batch * kv_splits, kv_splits, kv_splits, 0, 0, chunk, 0, block_n)
+    wave = max(1, ctas_per_sm * sms // row_blocks)
+    target = wave * waves
     min_chunk = triton.cdiv(max(min_chunk_tokens, block_n), block_n) * block_n
     # At most the target (one wave), or one unit per request when there are more requests; and no
     # request has more splits than its capacity holds chunks.
     per_request = max(1, min(target, triton.cdiv(capacity, min_chunk)))
-    return PlanBounds(max(batch, min(target, batch * per_request)), per_request, 0, target, 0, min_chunk, block_n)
+    return PlanBounds(max(batch, min(target, batch * per_request)), per_request, 0, target, wave, 0, min_chunk,
+                      block_n)
 
 
 def check_plan_config(config: dict) -> dict:
@@ -80,8 +87,24 @@ def check_plan_config(config: dict) -> dict:
 
 
 @triton.jit
-def _plan_kernel(PrefixLens, Plan, B, T, target_units, fixed_chunk, min_chunk,
-                 FIXED_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, B_POW2: tl.constexpr):
+def _smallest_chunk(tiles, valid, total, units_allowed, min_tiles):
+    """The smallest chunk (in tiles) whose units fit ``units_allowed``: units(chunk) falls as the chunk
+    grows; at the longest request's tile count every request is one unit (more than allowed only
+    when there are more requests)."""
+    lo = tl.maximum(min_tiles, (total + units_allowed - 1) // units_allowed)
+    hi = tl.maximum(lo, tl.max(tiles, 0))
+    for _ in range(32):
+        mid = (lo + hi) // 2
+        fits = tl.sum(tl.where(valid, (tiles + mid - 1) // mid, 0), 0) <= units_allowed
+        hi = tl.where(fits, mid, hi)
+        lo = tl.where(fits, lo, mid + 1)
+    return hi
+
+
+@triton.jit
+def _plan_kernel(PrefixLens, Plan, B, T, target_units, wave_units, fixed_chunk, min_chunk,
+                 FIXED_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, B_POW2: tl.constexpr,
+                 BALANCE: tl.constexpr):
     """One program: every request's split count, their exclusive prefix sum and the chunk."""
     b = tl.arange(0, B_POW2)
     valid = b < B
@@ -91,18 +114,13 @@ def _plan_kernel(PrefixLens, Plan, B, T, target_units, fixed_chunk, min_chunk,
         splits = tl.where(valid, FIXED_SPLITS, 0)
     else:
         tiles = tl.where(valid, (lengths + BLOCK_N - 1) // BLOCK_N, 0)
-        # The smallest chunk whose units fit the target: units(chunk) falls as chunk grows; at the
-        # longest request's tile count every request is one unit (more than the target only when
-        # there are more requests than it).
-        lo = tl.maximum(min_chunk // BLOCK_N, (tl.sum(tiles, 0) + target_units - 1) // target_units)
-        hi = tl.maximum(lo, tl.max(tiles, 0))
-        for _ in range(32):
-            mid = (lo + hi) // 2
-            fits = tl.sum(tl.where(valid, (tiles + mid - 1) // mid, 0), 0) <= target_units
-            hi = tl.where(fits, mid, hi)
-            lo = tl.where(fits, lo, mid + 1)
-        chunk = hi * BLOCK_N
-        splits = tl.where(valid, (tiles + hi - 1) // hi, 0)
+        total = tl.sum(tiles, 0)
+        one_wave = _smallest_chunk(tiles, valid, total, wave_units, min_chunk // BLOCK_N)
+        several = _smallest_chunk(tiles, valid, total, target_units, min_chunk // BLOCK_N)
+        balanced = total.to(tl.float32) >= BALANCE * (one_wave * wave_units).to(tl.float32)
+        chunk_tiles = tl.where(balanced, one_wave, several)
+        chunk = chunk_tiles * BLOCK_N
+        splits = tl.where(valid, (tiles + chunk_tiles - 1) // chunk_tiles, 0)
     ends = tl.cumsum(splits, 0)
     tl.store(Plan + 1 + b, ends, mask=valid)
     tl.store(Plan + b, ends - splits, mask=b == 0)
@@ -113,9 +131,9 @@ def make_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds: PlanBounds) ->
     """The plan (int32 [B + 2], on prefix_lens' device) for this call: one tiny launch, no sync."""
     batch = prefix_lens.shape[0]
     plan = torch.empty(batch + 2, dtype=torch.int32, device=prefix_lens.device)
-    _plan_kernel[(1,)](prefix_lens, plan, batch, tree_nodes, bounds.target_units, bounds.fixed_chunk,
-                       bounds.min_chunk, FIXED_SPLITS=bounds.fixed_splits, BLOCK_N=bounds.block_n,
-                       B_POW2=triton.next_power_of_2(batch), num_warps=1)
+    _plan_kernel[(1,)](prefix_lens, plan, batch, tree_nodes, bounds.target_units, bounds.wave_units,
+                       bounds.fixed_chunk, bounds.min_chunk, FIXED_SPLITS=bounds.fixed_splits, BLOCK_N=bounds.block_n,
+                       B_POW2=triton.next_power_of_2(batch), BALANCE=ONE_WAVE_BALANCE, num_warps=1)
     return plan
 
 
@@ -141,15 +159,21 @@ def reference_plan(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) 
         chunk = bounds.fixed_chunk
     else:
         tiles = [-(-(length + tree_nodes) // bounds.block_n) for length in prefix_lens]
-        low = max(bounds.min_chunk // bounds.block_n, -(-sum(tiles) // bounds.target_units))
-        high = max(low, max(tiles))
-        while low < high:  # the smallest chunk (in tiles) whose units fit the target
-            middle = (low + high) // 2
-            if sum(-(-t // middle) for t in tiles) <= bounds.target_units:
-                high = middle
-            else:
-                low = middle + 1
-        chunk_tiles = high
+
+        def smallest_chunk(allowed: int) -> int:
+            low = max(bounds.min_chunk // bounds.block_n, -(-sum(tiles) // allowed))
+            high = max(low, max(tiles))
+            while low < high:
+                middle = (low + high) // 2
+                if sum(-(-t // middle) for t in tiles) <= allowed:
+                    high = middle
+                else:
+                    low = middle + 1
+            return high
+
+        one_wave = smallest_chunk(bounds.wave_units)
+        balanced = sum(tiles) >= ONE_WAVE_BALANCE * one_wave * bounds.wave_units
+        chunk_tiles = one_wave if balanced else smallest_chunk(bounds.target_units)
         chunk = chunk_tiles * bounds.block_n
         splits = [-(-t // chunk_tiles) for t in tiles]
     starts = [0]
