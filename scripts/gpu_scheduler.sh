@@ -7,6 +7,8 @@
 #   bench   ragged batches and short trees, planned kernels beside FlashMLA and FlashInfer (chain trees,
 #           graph replay, L2 flushed)                              -> results/bench/scheduler-<gpu>.jsonl
 #   report  vk report --peers of it                                -> results/report/scheduler-<gpu>.md
+#   cuda_ws cuda_ws on the planner: its oracle suite and graph-replay test, then the bench shapes
+#           (no peers: they ran beside it in bench)          -> results/bench/scheduler-cuda_ws-<gpu>.jsonl
 #   waves   the planned kernels at plan waves 1, 2 and 4 on a ragged batch and a short tree
 #                                                              -> results/bench/scheduler-waves-<gpu>.jsonl
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers.sh says how they are made).
@@ -49,6 +51,21 @@ for item in "$@"; do
       timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider -rs "${tests[@]}" >> "$log" 2>&1
       tail -n 12 "$log"; pack ;;
     bench)
+      bench --ragged 185000,4096,32768,131072 --tree 64 --heads 8
+      bench --ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16
+      bench --ragged 65536,65536,65536,65536,65536,65536,65536,65536 --tree 16 --heads 16
+      bench --prefix 131072,32768 --tree 16 --heads 8
+      bench --prefix 4096,185000 --tree 64 --heads 8
+      bench --prefix 185000 --tree 256 --heads 8
+      pack ;;
+    cuda_ws)
+      log="results/check/scheduler-cuda_ws-$sku.log"
+      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+        echo "command: python3 -m pytest -q -p no:cacheprovider -rs tests/kernels/test_variants.py tests/kernels/test_planner.py -k cuda_ws"; } > "$log"
+      timeout -k 10 "$(( $(left) / 2 ))" python3 -m pytest -q -p no:cacheprovider -rs tests/kernels/test_variants.py \
+        tests/kernels/test_planner.py -k cuda_ws >> "$log" 2>&1
+      tail -n 3 "$log"; pack
+      ours=cuda_ws; peers=""; records="results/bench/scheduler-cuda_ws-$sku.jsonl"
       bench --ragged 185000,4096,32768,131072 --tree 64 --heads 8
       bench --ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16
       bench --ragged 65536,65536,65536,65536,65536,65536,65536,65536 --tree 16 --heads 16

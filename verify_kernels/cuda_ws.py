@@ -4,7 +4,8 @@ time by CuPy. The portable kernel for GPUs without wgmma (sm_120 first; it runs 
 A producer warp moves whole KV token rows (``cp.async.bulk``, 1152 bytes each) into a STAGES-deep
 shared-memory ring and hands slots over with mbarriers; WARPS_M x WARPS_N consumer warps compute
 S = Q K^T and O += P V with ``mma.sync`` on every tile, each warp on 16 * ROW_TILES rows. Q sits
-in shared memory for the CTA's life. Split-KV, merged by the shared combine (split_combine.py).
+in shared memory for the CTA's life. The KV is cut by the planner (planner.py: units of near-equal
+length over the whole batch, made on the device) and merged by the shared combine (split_combine.py).
 Tunables are compile-time macros:
 
 - ``WARPS_M``, ``ROW_TILES``: rows per CTA = 16 * ROW_TILES * WARPS_M, per warp 16 * ROW_TILES;
@@ -16,7 +17,8 @@ Tunables are compile-time macros:
 - ``SPLIT_K``: 1 = the WARPS_N warps of a row split S = Q K^T by head dim (576 / WARPS_N each) and
   sum the partials through shared memory, so each holds whole S rows and keeps P in registers as
   P V's A operand; 0 = they split S by columns and stage P in shared memory (two CTA barriers a tile);
-- ``kv_splits``: 0 = chosen from shapes alone (one wave of CTAs, no host sync), else fixed.
+- ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
+  ``waves``: the most waves of units the planner may cut a badly balanced batch into.
 
 The output tile a warp holds is 16 * ROW_TILES x 512 / WARPS_N fp32: at most 128 registers per
 thread (``config_problems``). Needs sm_90 or newer (bulk copies with mbarrier transaction counts).
@@ -32,8 +34,9 @@ import torch
 
 from .contract import ProblemShape
 from .cupy_launch import check_config, compiled_functions, external_stream, unsupported_cuda_reason
-from .split_combine import fixed_plan, launch_combine, partial_buffers
-from .splits import with_kv_splits
+from . import planner
+from .split_combine import launch_combine, partial_buffers
+from .splits import sm_count
 
 SOURCE = Path(__file__).parent / "cuda" / "verify_ws.cu"
 PAGE_SIZES = (16, 32, 64)
@@ -48,9 +51,9 @@ MACROS = ("WARPS_M", "ROW_TILES", "WARPS_N", "BLOCK_N", "STAGES", "MIN_BLOCKS", 
 # sm_90: 48 rows, a four-slot ring of 32-token tiles, 214 KB (sm_90 only).
 DEFAULT_CONFIGS = {
     "sm_90": {"WARPS_M": 3, "ROW_TILES": 1, "WARPS_N": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "PRODUCER": 1,
-              "SPLIT_K": 1, "kv_splits": 0},
+              "SPLIT_K": 1, "kv_splits": 0, "waves": 2},
     "sm_120": {"WARPS_M": 3, "ROW_TILES": 1, "WARPS_N": 2, "BLOCK_N": 16, "STAGES": 2, "MIN_BLOCKS": 1, "PRODUCER": 1,
-               "SPLIT_K": 1, "kv_splits": 0},
+               "SPLIT_K": 1, "kv_splits": 0, "waves": 2},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
 # Both hand-off schemes, one and many splits, 16- to 64-token tiles, two CTAs per SM.
@@ -138,8 +141,9 @@ def split_rule(config: dict) -> dict:
 
 
 def complete_config(config: dict, shape: ProblemShape) -> dict:
+    """Check the config against the kernel's rules and the GPU; ``kv_splits`` 0 is the planner's."""
     check_config(config_problems(config), smem_bytes(config), shape)
-    return with_kv_splits(config, shape, rows_per_cta(config), **split_rule(config))
+    return planner.check_plan_config(config)
 
 
 @lru_cache(maxsize=None)
@@ -149,40 +153,39 @@ def _zero_row(dtype: torch.dtype, device_index: int) -> torch.Tensor:
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
+    """Plan on the device, launch the kernel over the plan's units, then the shared combine unless
+    kv_splits = 1; ``out`` written in place."""
     import cupy
     import numpy as np
 
     batch, tree_nodes, heads, _ = q.shape
-    rows = tree_nodes * heads
+    row_blocks = math.ceil(tree_nodes * heads / rows_per_cta(config))
     page_size = kv_cache.shape[1]
-    kv_splits = config["kv_splits"]
-    block_n = config["BLOCK_N"]
-    capacity = block_table.shape[1] * page_size
-    # A multiple of BLOCK_N, so no tile straddles two splits.
-    split_len = math.ceil(math.ceil(capacity / kv_splits) / block_n) * block_n
+    bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * page_size,
+                                 block_n=config["BLOCK_N"], sms=sm_count(q.device), kv_splits=config["kv_splits"],
+                                 ctas_per_sm=split_rule(config)["ctas_per_sm"], waves=config["waves"])
+    plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
     device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     (kernel,) = compiled_functions(SOURCE, ("verify_ws",), tuple((k, config[k]) for k in MACROS), q.dtype == torch.float16,
                                    device_index)
     shared = smem_bytes(config)
     if kernel.max_dynamic_shared_size_bytes < shared:
         kernel.max_dynamic_shared_size_bytes = shared
-    partial_out, partial_lse = partial_buffers(out, batch * kv_splits) if kv_splits > 1 else (out, out)
+    partial_out, partial_lse = partial_buffers(out, bounds.max_units)
     i32, i64, ptr = np.int32, np.int64, np.uint64
     stream = external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
     with cupy.cuda.Device(device_index):
-        grid = (math.ceil(rows / rows_per_cta(config)), kv_splits, batch)
-        kernel(grid, (threads(config),), (
+        kernel((row_blocks, bounds.max_units), (threads(config),), (
             ptr(q.data_ptr()), ptr(kv_cache.data_ptr()), ptr(block_table.data_ptr()), ptr(prefix_lens.data_ptr()),
             ptr(tree_mask.data_ptr()), ptr(out.data_ptr()), ptr(partial_out.data_ptr()), ptr(partial_lse.data_ptr()),
             i64(q.stride(0)), i64(q.stride(1)), i64(q.stride(2)),
             i64(out.stride(0)), i64(out.stride(1)), i64(out.stride(2)),
             i32(block_table.stride(0)), i32(tree_mask.stride(0)), i32(tree_mask.stride(1)),
-            i32(tree_nodes), i32(heads), i32(page_size), i32(kv_splits), i32(split_len),
+            i32(tree_nodes), i32(heads), i32(page_size), ptr(plan.data_ptr()), i32(batch),
             np.float32(sm_scale * math.log2(math.e)), ptr(_zero_row(q.dtype, device_index).data_ptr()),
         ), shared_mem=shared, stream=stream)
-    if kv_splits > 1:
-        launch_combine(partial_out, partial_lse, fixed_plan(batch, kv_splits, out.device), out,
-                       batch * kv_splits, kv_splits)
+    if config["kv_splits"] != 1:
+        launch_combine(partial_out, partial_lse, plan, out, bounds.max_units, bounds.max_splits)
 
 
 def tile_work(config: dict) -> dict:

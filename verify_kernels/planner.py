@@ -38,6 +38,7 @@ from .splits import MAX_KV_SPLITS
 MIN_CHUNK_TOKENS = 256
 CTAS_PER_SM = 2
 MAX_WAVES = 16
+PLAN_KEYS = ("kv_splits", "waves")  # the config keys the planner reads: launch parameters, not compiled
 # A one-wave plan is kept when its busiest unit holds at most 1/ONE_WAVE_BALANCE of an even share.
 ONE_WAVE_BALANCE = 0.9
 

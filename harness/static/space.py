@@ -96,7 +96,8 @@ def candidates(variant: str, arch: str) -> list[Candidate]:
 
 # Library modules whose code goes into the kernels or their launches; a variant's hash covers those
 # it imports.
-SHARED_KERNEL_MODULES = ("triton_dot", "triton_common", "gluon_common", "split_combine", "splits", "cupy_launch")
+SHARED_KERNEL_MODULES = ("triton_dot", "triton_common", "gluon_common", "split_combine", "splits", "cupy_launch",
+                         "planner")
 
 
 def kernel_source_files(variant: str) -> list[Path]:

@@ -92,7 +92,7 @@ def test_vk_check_static_and_tuned_run_from_another_directory(installed):
 
 def test_auto_finds_the_shipped_table(installed):
     code = ("from verify_kernels import dispatch; "
-            "table = dispatch.load_tuned('nvidia-h200', str(dispatch.TUNED_DIR)); "
+            "table = dispatch.load_tuned('predicted-sm_120', str(dispatch.TUNED_DIR)); "
             "print(dispatch.TUNED_DIR); print(len(table))")
     done = _run(installed, "python", "-c", code)
     assert done.returncode == 0, done.stderr
@@ -111,7 +111,7 @@ def test_commands_never_write_into_the_installed_package(installed):
     assert (work / "results" / "predict" / "params" / "cuda_ws-sm_90.yaml").is_file()
     ship = _run(installed, "vk", "predict-fit", "--records", records, "--trials", "3", "--ship")
     assert ship.returncode == 2 and "not a source checkout" in ship.stderr, ship.stderr[-800:]
-    table = str(ROOT / "verify_kernels" / "tuned" / "nvidia-h200.yaml")
+    table = str(ROOT / "results" / "tuned" / "archive" / "2026-12-04-nvidia-h200-before-planner.yaml")
     publish = _run(installed, "vk", "tuned", "--publish", "--file", table)
     assert publish.returncode == 2 and "not a source checkout" in publish.stderr, publish.stderr[-800:]
     assert _package_files(installed) == before

@@ -3,7 +3,9 @@
 // wgmma, no tcgen05, no TMA tensor maps).
 //
 // CTA: ROWS = 16 * ROW_TILES * WARPS_M query rows (row r = node * H + head of one request) against
-// one KV split, walked in tiles of BLOCK_N tokens.
+// one unit of the plan (verify_kernels/planner.py: a request and a range of its positions, read from
+// `plan` on the device), walked in tiles of BLOCK_N tokens. Grid (row blocks, units bound); a CTA
+// past the plan's units returns at once.
 //   warp CONSUMERS (the last), with PRODUCER = 1: the producer. It only moves KV rows into a
 //     STAGES-deep ring: one 1152-byte cp.async.bulk per token row, completing on the slot's `full`
 //     mbarrier; rows past the sequence are copied from a global row of zeros (NaN in unused pool
@@ -27,8 +29,9 @@
 // STAGES x KV [BLOCK_N][584] (all 576 columns are K, the first 512 are V), then either every
 // consumer warp's partial S (SPLIT_K = 1, fp32 in fragment order) or P [ROWS][BLOCK_N + 8], and two
 // [WARPS_N][ROWS] float reductions. Rows padded by 8 elements so ldmatrix is conflict-free.
-// Online softmax in fp32 (base 2). With one split the CTA writes the output; otherwise fp32 partial
-// outputs and natural-log LSEs for the shared split combine (verify_kernels/split_combine.py).
+// Online softmax in fp32 (base 2). A request of one unit is written to the output; otherwise fp32
+// partial outputs and natural-log LSEs at the unit's partial rows for the shared combine
+// (verify_kernels/split_combine.py).
 
 #ifndef WARPS_M
 #define WARPS_M 2
@@ -143,7 +146,7 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
       float *__restrict__ partial_out, float *__restrict__ partial_lse, long long stride_qb,           \
       long long stride_qt, long long stride_qh, long long stride_ob, long long stride_ot,              \
       long long stride_oh, int stride_table_b, int stride_mask_b, int stride_mask_t, int tree_nodes,   \
-      int heads, int page_size, int num_splits, int split_len, float scale_log2,                         \
+      int heads, int page_size, const int *__restrict__ plan, int batch, float scale_log2,             \
       const elem_t *__restrict__ zero_row
 
 // One warp's copies of tile `tile` into its ring slot: rows [start + tile * BLOCK_N, +BLOCK_N) of
@@ -194,15 +197,25 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   float* red_max = reinterpret_cast<float*>(p_s) + (SPLIT_K ? CONSUMERS * ROWS * BLOCK_N / WARPS_M : ROWS * P_STRIDE / 2);
   float* red_sum = red_max + WARPS_N * ROWS;
 
-  const int row_block = blockIdx.x, split = blockIdx.y, b = blockIdx.z;
+  // The plan: plan[0..batch] the first unit of each request (plan[batch]: all units), plan[batch + 1]
+  // the chunk of positions per unit.
+  const int row_block = blockIdx.x, unit = blockIdx.y;
+  if (unit >= plan[batch]) return;  // past the plan (the grid is sized for the longest plan): the whole CTA
+  int b = 0;  // the request: the last b with plan[b] <= unit
+  for (int hi = batch - 1; b < hi;) {
+    const int mid = (b + hi + 1) / 2;
+    if (plan[mid] <= unit) b = mid; else hi = mid - 1;
+  }
+  const int first_unit = plan[b], splits = plan[b + 1] - first_unit;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int num_rows = tree_nodes * heads;
   const int row0 = row_block * ROWS;
 
   const int prefix_len = prefix_lens[b];
   const int seq_len = prefix_len + tree_nodes;
-  const int start = split * split_len;
-  const int end = min(start + split_len, seq_len);
+  const int chunk = plan[batch + 1];
+  const int start = (unit - first_unit) * chunk;
+  const int end = min(start + chunk, seq_len);
   const int* table = block_table + (long long)b * stride_table_b;
   const int num_tiles = end > start ? (end - start + BLOCK_N - 1) / BLOCK_N : 0;
 
@@ -503,7 +516,7 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
       const float inv_l = l > 0.f ? 1.f / l : 0.f;
       const int r = row0 + row_local[rt][half];
       if (r >= num_rows) continue;
-      if (num_splits == 1) {
+      if (splits == 1) {
         const int node = r / heads, head = r - node * heads;
         elem_t* dst = out + b * stride_ob + node * stride_ot + head * stride_oh + wn * O_COLS + 2 * t;
 #pragma unroll
@@ -511,7 +524,7 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
           *reinterpret_cast<unsigned*>(dst + j * 8) =
               pack2(acc[rt][j][2 * half] * inv_l, acc[rt][j][2 * half + 1] * inv_l);
       } else {
-        const long long partial_row = ((long long)b * num_splits + split) * num_rows + r;
+        const long long partial_row = (long long)unit * num_rows + r;
         float* dst = partial_out + partial_row * DV + wn * O_COLS + 2 * t;
 #pragma unroll
         for (int j = 0; j < O_NTILES; ++j)
