@@ -15,16 +15,7 @@
 . scripts/gpu_env.sh
 export XZ_OPT=-T0
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
-if [ -d .peers/flashinfer ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .peers/flashinfer/wheels/*.whl
-  tar -xJf .peers/flashinfer/flashinfer-slim.tar.xz -C /tmp/site
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export FLASHINFER_WORKSPACE_BASE=/tmp/fi-workspace; mkdir -p $FLASHINFER_WORKSPACE_BASE
-# Archives may come in 15 MiB parts (.0, .1, ...): files come back from the host at most 16 MiB each.
-unpack() { ls "$1".* >/dev/null 2>&1 && cat "$1".* | tar -xJ -C "$2"; }  # ARCHIVE (without .N) DIR
-unpack .peers/flashinfer/jit-cache.tar.xz $FLASHINFER_WORKSPACE_BASE
-unpack .peers/flash_mla/flash_mla-sm90.tar.xz /tmp/site
+. scripts/gpu_peers_env.sh
 save_jit() { rm -f "$OUT"/jit-cache.tar.xz.*; tar -cJf - -C $FLASHINFER_WORKSPACE_BASE .cache 2>/dev/null \
   | split -b 15m -d -a 1 - "$OUT/jit-cache.tar.xz."; }
 records="results/bench/peers-$sku.jsonl"; mkdir -p results/bench results/report

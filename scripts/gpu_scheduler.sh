@@ -11,19 +11,11 @@
 #           (no peers: they ran beside it in bench)          -> results/bench/scheduler-cuda_ws-<gpu>.jsonl
 #   waves   the planned kernels at plan waves 1, 2 and 4 on a ragged batch and a short tree
 #                                                              -> results/bench/scheduler-waves-<gpu>.jsonl
-# Installs the peers that travelled in .peers/ (scripts/gpu_peers.sh says how they are made).
+# Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
 # Usage (repository root): bash scripts/gpu_scheduler.sh SECONDS STEP[:SECONDS]...
 . scripts/gpu_env.sh
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
-if [ -d .peers/flashinfer ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .peers/flashinfer/wheels/*.whl
-  tar -xJf .peers/flashinfer/flashinfer-slim.tar.xz -C /tmp/site
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-export FLASHINFER_WORKSPACE_BASE=/tmp/fi-workspace; mkdir -p $FLASHINFER_WORKSPACE_BASE
-unpack() { ls "$1".* >/dev/null 2>&1 && cat "$1".* | tar -xJ -C "$2"; }  # ARCHIVE (without .N) DIR
-unpack .peers/flashinfer/jit-cache.tar.xz $FLASHINFER_WORKSPACE_BASE
-unpack .peers/flash_mla/flash_mla-sm90.tar.xz /tmp/site
+. scripts/gpu_peers_env.sh
 records="results/bench/scheduler-$sku.jsonl"; mkdir -p results/bench results/report results/check
 ours="gluon_wgmma_ws cuda_ws triton_splitkv"
 peers="flash_mla flashinfer_fa3 flashinfer_fa2"
@@ -32,6 +24,14 @@ bench() {  # the shape flags of one group of points
     --tree-kind chain --page-size 64 --mode graph --rep-ms 100 --out "$records" "$@" \
     >> "results/bench/scheduler-$sku.txt" 2>&1
   tail -n 3 "results/bench/scheduler-$sku.txt"
+}
+bench_shapes() {  # three ragged batches and five single requests (issue 33's table)
+  bench --ragged 185000,4096,32768,131072 --tree 64 --heads 8
+  bench --ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16
+  bench --ragged 65536,65536,65536,65536,65536,65536,65536,65536 --tree 16 --heads 16
+  bench --prefix 131072,32768 --tree 16 --heads 8
+  bench --prefix 4096,185000 --tree 64 --heads 8
+  bench --prefix 185000 --tree 256 --heads 8
 }
 for item in "$@"; do
   step=${item%%:*}; end=$deadline
@@ -51,12 +51,7 @@ for item in "$@"; do
       timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider -rs "${tests[@]}" >> "$log" 2>&1
       tail -n 12 "$log"; pack ;;
     bench)
-      bench --ragged 185000,4096,32768,131072 --tree 64 --heads 8
-      bench --ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16
-      bench --ragged 65536,65536,65536,65536,65536,65536,65536,65536 --tree 16 --heads 16
-      bench --prefix 131072,32768 --tree 16 --heads 8
-      bench --prefix 4096,185000 --tree 64 --heads 8
-      bench --prefix 185000 --tree 256 --heads 8
+      bench_shapes
       pack ;;
     cuda_ws)
       log="results/check/scheduler-cuda_ws-$sku.log"
@@ -66,12 +61,7 @@ for item in "$@"; do
         tests/kernels/test_planner.py -k cuda_ws >> "$log" 2>&1
       tail -n 3 "$log"; pack
       ours=cuda_ws; peers=""; records="results/bench/scheduler-cuda_ws-$sku.jsonl"
-      bench --ragged 185000,4096,32768,131072 --tree 64 --heads 8
-      bench --ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16
-      bench --ragged 65536,65536,65536,65536,65536,65536,65536,65536 --tree 16 --heads 16
-      bench --prefix 131072,32768 --tree 16 --heads 8
-      bench --prefix 4096,185000 --tree 64 --heads 8
-      bench --prefix 185000 --tree 256 --heads 8
+      bench_shapes
       pack ;;
     waves)
       for shape in "--ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16" \

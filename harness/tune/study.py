@@ -92,6 +92,9 @@ def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], re
     names = list(space["tunables"])
 
     def objective(trial: "optuna.Trial") -> float:
+        # First, so that a later run on this machine can tell this trial's process is gone and reap it
+        # (a kill before this line leaves the trial to Optuna's heartbeat).
+        trial.set_user_attr("worker", worker_identity())
         config = {name: trial.suggest_categorical(name, space["tunables"][name]) for name in names}
         text = canonical(config)
         if text not in feasible:
@@ -113,7 +116,6 @@ def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], re
                 if name in earlier.user_attrs:
                     trial.set_user_attr(name, earlier.user_attrs[name])
             return earlier.value
-        trial.set_user_attr("worker", worker_identity())  # a later run reaps it if this process dies
         try:
             result = (evaluator(config) if evaluator is not None
                       else evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker, timing=timing))

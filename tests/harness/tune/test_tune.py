@@ -62,9 +62,12 @@ def test_killed_run_resumes_without_losing_trials(tmp_path, fake_env):
     for number, value in before.items():
         assert after[number] == value, f"trial {number} changed or vanished after the resume"
     # The trial in flight when the first run was killed was reaped by the resume (its process is gone),
-    # failed as interrupted and measured again: no trial is left RUNNING and the budget is met.
-    states = [t.state for t in _trials(storage)]
-    assert len(states) >= 14 and states.count(optuna.trial.TrialState.RUNNING) == 0
+    # failed as interrupted and measured again, so the budget is met. Only a trial the kill caught
+    # between Optuna creating it and the objective's first line (no worker recorded yet) is left to
+    # the heartbeat's grace period (test_tune_concurrency.py kills a trial that is being measured).
+    trials = _trials(storage)
+    running = [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(trials) >= 14 and all("worker" not in t.user_attrs for t in running) and len(running) <= 1
     assert tune.measured_trials(optuna.load_study(study_name=KEY.study_name, storage=tune.open_storage(storage))) == 14
     winners = (tmp_path / "winners.yaml").read_text()
     assert KEY.study_name in winners and "speedup_over_default" in winners
