@@ -3,16 +3,20 @@
 Tuned records ship with the package in ``verify_kernels/tuned/<gpu-sku>.yaml`` (``VK_TUNED_DIR``
 overrides the folder), one entry per key (variant, GPU, L bucket, T, H, page size, dtype). ``vk tune``
 writes measured winners under ``results/tuned/``; ``vk tuned --publish`` copies them here. Where a
-GPU has no measured record for a key, ``predicted-<arch>.yaml`` (``vk predict-fit --ship``: the
-predictor's winners for an arch, e.g. sm_120) is read instead, with a one-time warning that the
-choice is predicted, not measured. The choice uses shapes only, so it is graph-safe: the L bucket comes from the block table's capacity (max_pages x page_size), the
+GPU has no measured table, ``predicted-<arch>.yaml`` (``vk predict-fit --ship``: the predictor's
+winners for an arch, e.g. sm_120) is read instead, with a one-time warning that the choice is
+predicted, not measured. In either table the fastest record at the key nearest the shape's (L
+bucket, T, H, page size, by log ratio; dtype must match where the record names one) decides, so
+every shape gets the table's best guess rather than the bare default order. The choice uses shapes only, so it is graph-safe: the L bucket comes from the block table's capacity (max_pages x page_size), the
 largest power of two not above it, because prefix_lens lives on the device.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -57,51 +61,82 @@ def device_arch(device: torch.device) -> str | None:
     return f"sm_{major}{minor}"
 
 
-def predicted_choice(shape: ProblemShape, bucket: int) -> tuple[str, dict] | None:
-    """(variant, config) of the predictor's winner for this arch and key, warned once per key."""
-    arch = device_arch(shape.device)
-    if arch is None:
+def key_distance(record: dict, bucket: int, tree_nodes: int, heads: int, page_size: int) -> float:
+    """How far a record's key is from the wanted one: the sum of |log2| ratios of L bucket, T, H and
+    page size (0: the same key)."""
+    wanted = (bucket, tree_nodes, heads, page_size)
+    found = (record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"])
+    return sum(abs(math.log2(a / b)) for a, b in zip(found, wanted))
+
+
+def nearest_winner(table: dict, bucket: int, tree_nodes: int, heads: int, page_size: int, dtype: str,
+                   time_key: str) -> tuple[dict, float] | None:
+    """The fastest record (by ``time_key``) at the table's nearest key to the wanted one, of this dtype
+    (records without one, the predicted, match any), and its distance; None for an empty table."""
+    records = [r for r in table.values() if r.get("dtype", dtype) == dtype]
+    if not records:
         return None
-    best = None
-    for record in load_tuned(f"predicted-{arch}", str(TUNED_DIR)).values():
-        if (record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"]) != (
-                bucket, shape.tree_nodes, shape.heads, shape.page_size):
+
+    def key(record: dict) -> tuple:
+        return record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"]
+
+    # The nearest key; between equally near ones the larger (times of different keys never compete).
+    nearest = min({key(r) for r in records},
+                  key=lambda k: (key_distance(dict(zip(("l_bucket", "tree_nodes", "heads", "page_size"), k)),
+                                              bucket, tree_nodes, heads, page_size), tuple(-v for v in k)))
+    at_key = [r for r in records if key(r) == nearest]
+    best = min(at_key, key=lambda r: r[time_key])
+    return best, key_distance(best, bucket, tree_nodes, heads, page_size)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What ``variant="auto"`` runs for a key and why: the record that decided it (None: no table)."""
+
+    variant: str | None
+    config: dict | None
+    source: str             # "measured", "predicted" or "default order"
+    table: str | None       # the table's file
+    record: dict | None
+    distance: float         # 0: the record's key is the wanted one; > 0: the nearest the table has
+
+
+def choose(sku: str, arch: str | None, bucket: int, tree_nodes: int, heads: int, page_size: int,
+           dtype: str) -> Choice:
+    """The measured table of this GPU (``sku``), else the predicted table of its arch; in each the
+    fastest record at the nearest key. Shapes only: graph-safe."""
+    for source, name, time_key in (("measured", sku, "median_ms"), ("predicted", f"predicted-{arch}", "predicted_ms")):
+        if source == "predicted" and arch is None:
             continue
-        if best is None or record["predicted_ms"] < best["predicted_ms"]:
-            best = record
-    if best is None:
-        return None
-    key = ("predicted", arch, bucket, shape.tree_nodes, shape.heads, shape.page_size)
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(f"verify_attention(variant='auto'): no measured record for this GPU at L bucket {bucket}, "
-                      f"T={shape.tree_nodes}, H={shape.heads}; using the PREDICTED winner for {arch} "
-                      f"({best['variant']}, fitted on {best['fitted_on']}), not a measured one", stacklevel=3)
-    return best["variant"], dict(best["config"])
+        found = nearest_winner(load_tuned(name, str(TUNED_DIR)), bucket, tree_nodes, heads, page_size, dtype,
+                               time_key)
+        if found is not None:
+            record, distance = found
+            return Choice(record["variant"], dict(record["config"]), source, str(TUNED_DIR / f"{name}.yaml"),
+                          record, distance)
+    return Choice(None, None, "default order", None, None, 0.0)
 
 
 def tuned_choice(shape: ProblemShape) -> tuple[str, dict] | None:
-    """(variant, config) of the fastest measured record matching the shape's key, else the
-    predicted winner for the GPU's arch, else None (each fallback warned once)."""
-    sku = device_sku(shape.device)
+    """(variant, config) of ``choose`` for this device and shape, else None; a predicted choice, or one
+    from another key than the shape's, is warned once per key."""
+    sku, arch = device_sku(shape.device), device_arch(shape.device)
     bucket = l_bucket(shape.max_pages * shape.page_size)
     dtype = str(shape.dtype).removeprefix("torch.")
-    best = None
-    for record in load_tuned(sku, str(TUNED_DIR)).values():
-        if (record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"], record["dtype"]) != (
-                bucket, shape.tree_nodes, shape.heads, shape.page_size, dtype):
-            continue
-        if best is None or record["median_ms"] < best["median_ms"]:
-            best = record
-    if best is None:
-        predicted = predicted_choice(shape, bucket)
-        if predicted is not None:
-            return predicted
-        key = (sku, bucket, shape.tree_nodes, shape.heads, shape.page_size, dtype)
-        if key not in _warned:
-            _warned.add(key)
-            warnings.warn(f"verify_attention(variant='auto'): no tuned record for GPU {sku}, L bucket {bucket}, "
-                          f"T={shape.tree_nodes}, H={shape.heads}, page_size={shape.page_size}, {dtype}; "
-                          f"using the default variant order and configs", stacklevel=3)
-        return None
-    return best["variant"], dict(best["config"])
+    choice = choose(sku, arch, bucket, shape.tree_nodes, shape.heads, shape.page_size, dtype)
+    key = (choice.source, sku, bucket, shape.tree_nodes, shape.heads, shape.page_size, dtype)
+    if key not in _warned and (choice.source != "measured" or choice.distance > 0):
+        _warned.add(key)
+        if choice.variant is None:
+            message = "using the default variant order and configs"
+        else:
+            record = choice.record
+            nearest = (f" at the nearest key (L bucket {record['l_bucket']}, T={record['tree_nodes']}, "
+                       f"H={record['heads']}, page_size={record['page_size']})" if choice.distance else "")
+            message = (f"using the PREDICTED winner for {arch} ({choice.variant}, fitted on {record.get('fitted_on')})"
+                       f"{nearest}, not a measured one" if choice.source == "predicted"
+                       else f"using the measured winner {choice.variant}{nearest}")
+        warnings.warn(f"verify_attention(variant='auto'): no tuned record for GPU {sku}, L bucket {bucket}, "
+                      f"T={shape.tree_nodes}, H={shape.heads}, page_size={shape.page_size}, {dtype}; {message}",
+                      stacklevel=3)
+    return None if choice.variant is None else (choice.variant, choice.config)

@@ -13,7 +13,6 @@ import numbers
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
-# Preference order for variant="auto" before tuned records exist: fastest first.
 VARIANTS: dict[str, str] = {
     "triton_ps1": "verify_kernels.triton_ps1",
     "triton_splitkv": "verify_kernels.triton_splitkv",
@@ -23,7 +22,12 @@ VARIANTS: dict[str, str] = {
     "gluon_wgmma_ws": "verify_kernels.gluon_wgmma_ws",
 }
 
-AUTO_PREFERENCE: tuple[str, ...] = ("gluon_wgmma_ws", "gluon_wgmma", "triton_splitkv", "cuda_coalesced", "triton_ps1")
+# variant="auto" without a table entry: the first variant that runs the shape, fastest first as measured on
+# the H200 (results/bench/scheduler-*-nvidia-h200.jsonl). Each GPU family finds its fastest there: Hopper
+# gluon_wgmma_ws; sm_120 (no wgmma) cuda_ws, the portable kernel; GPUs before sm_90 (no bulk copies)
+# triton_splitkv; a page_size=1 pool triton_ps1.
+AUTO_PREFERENCE: tuple[str, ...] = ("gluon_wgmma_ws", "gluon_wgmma", "cuda_ws", "triton_splitkv", "cuda_coalesced",
+                                    "triton_ps1")
 
 
 @runtime_checkable

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.arguments import float_at_least, int_in, int_list_in, output_file, prefix_lengths, seed
+from harness.arguments import PREFIX_MAX, float_at_least, int_in, int_list_in, output_file, prefix_lengths, seed
 from harness.measure.inputs import check_source_checkout, read_yaml_mapping
 
 
@@ -85,10 +85,40 @@ def compare_tables(first: Path, second: Path) -> list[dict]:
     return rows
 
 
+def explain_auto(args) -> str:
+    """What ``variant="auto"`` would run on ``--arch`` (and GPU ``--gpu``) for one shape, and which record,
+    in which table, decided it (verify_kernels.dispatch.choose)."""
+    from verify_kernels import dispatch, variants
+
+    bucket = dispatch.l_bucket(args.prefix + args.tree)
+    choice = dispatch.choose(args.gpu or "(no GPU named)", args.arch, bucket, args.tree, args.heads, args.page_size,
+                             args.dtype)
+    shape = (f"L {args.prefix} (bucket {bucket}), T {args.tree}, H {args.heads}, page {args.page_size}, "
+             f"{args.dtype}")
+    if choice.variant is None:
+        return (f"auto on {args.arch} at {shape}: no table entry; the default order, the first of "
+                f"{list(variants.AUTO_PREFERENCE)} that runs the shape, at its default config")
+    record = choice.record
+    key = (f"L bucket {record['l_bucket']}, T {record['tree_nodes']}, H {record['heads']}, "
+           f"page {record['page_size']}")
+    how = "the same key" if choice.distance == 0 else f"the nearest key ({key}; log-distance {choice.distance:g})"
+    time = record.get("median_ms", record.get("predicted_ms"))
+    return (f"auto on {args.arch} at {shape}: {choice.variant} {choice.config}\n"
+            f"decided by a {choice.source.upper()} record at {how}, {time:.4f} ms, in {choice.table}")
+
+
 def cmd_tuned(args) -> int:
     import yaml
 
     from harness.tune.study import check_winners, publish_winners
+
+    if args.explain:
+        missing = [flag for flag, value in (("--arch", args.arch), ("--prefix", args.prefix), ("--tree", args.tree),
+                                            ("--heads", args.heads)) if value is None]
+        if missing:
+            raise SystemExit(f"vk tuned: --explain needs {', '.join(missing)}")
+        print(explain_auto(args))
+        return 0
 
     if args.compare:
         import json
@@ -218,6 +248,18 @@ def add_commands(sub) -> None:
                        help="per shared key, the two tables' winners side by side: e.g. a proxy table "
                             "(vk tune --constrain-to sm_120) against the predicted one (predicted-sm_120.yaml)")
     tuned.add_argument("--json", action="store_true", help="with --compare: also print the rows as JSON")
+    tuned.add_argument("--explain", action="store_true",
+                       help="what variant='auto' runs on --arch for one shape (--prefix, --tree, --heads, "
+                            "--page-size, --dtype; --gpu for its measured table) and which record decided it")
+    tuned.add_argument("--arch", choices=["sm_80", "sm_89", "sm_90", "sm_100", "sm_120"],
+                       help="with --explain: the GPU arch (its predicted table)")
+    tuned.add_argument("--gpu", help="with --explain: the GPU SKU whose measured table to read, e.g. nvidia-h200")
+    tuned.add_argument("--prefix", type=int_in(0, PREFIX_MAX), help="with --explain: the prefix length L (auto buckets L + T "
+                                                                                "by the block table's capacity)")
+    tuned.add_argument("--tree", type=int_in(1, 1024), help="with --explain: tree nodes T")
+    tuned.add_argument("--heads", type=int_in(1, 128), help="with --explain: heads H")
+    tuned.add_argument("--page-size", type=int_in(1), default=64, help="with --explain: the pool's page size")
+    tuned.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16", help="with --explain")
     tuned.add_argument("--publish", action="store_true",
                        help="copy --file (a measured table) into the package, where variant='auto' reads it")
     tuned.set_defaults(func=cmd_tuned)

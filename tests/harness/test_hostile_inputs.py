@@ -84,6 +84,8 @@ CASES = [
     (("tuned", "--publish", "--file", "empty.yaml"), "empty"),
     (("tuned", "--publish", "--file", "fake-winners.yaml"), "not a measurement"),
     (("tuned", "--json"), "--json"),
+    (("tuned", "--explain", "--arch", "sm_120"), "--explain needs --prefix"),
+    (("tuned", "--explain", "--arch", "sm_7", "--prefix", "1", "--tree", "1", "--heads", "1"), "--arch"),
     (("bench", "--sweep", "broken.yaml"), "broken.yaml:2"),
     (("bench", "--sweep", "list.yaml"), "list.yaml"),
     (("bench", "--sweep", "sweep-unknown.yaml"), "unknown keys"),

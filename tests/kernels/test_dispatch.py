@@ -95,3 +95,36 @@ def test_no_predicted_table_off_the_gpu(tuned_dir):
     assert dispatch.device_arch(shape.device) is None
     with pytest.warns(UserWarning, match="no tuned record"):
         assert dispatch.tuned_choice(shape) is None
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_auto_on_sm120_picks_a_table_entry_for_every_serving_shape(monkeypatch, dtype):
+    """Issue 35's grid as an RTX PRO 6000 (sm_120, no measured table) sees it: L 2k-262k x T 1-256 x
+    H 8/16/64 x pages 16/64 all resolve from the predicted table (the nearest key), never the bare
+    default order."""
+    monkeypatch.setattr(dispatch, "TUNED_DIR", dispatch.SHIPPED_TUNED_DIR)
+    dispatch.load_tuned.cache_clear()
+    table = dispatch.load_tuned("predicted-sm_120", str(dispatch.SHIPPED_TUNED_DIR))
+    for length in (2048, 4096, 16384, 32768, 65536, 131072, 185000, 262144):
+        for nodes in (1, 16, 32, 64, 128, 256):
+            for heads in (8, 16, 64):
+                for page_size in (16, 64):
+                    choice = dispatch.choose("nvidia-rtx-pro-6000-blackwell", "sm_120", dispatch.l_bucket(length),
+                                             nodes, heads, page_size, dtype)
+                    assert choice.source == "predicted" and choice.record in table.values(), (length, nodes, heads)
+                    exact = (choice.record["l_bucket"], choice.record["tree_nodes"], choice.record["heads"],
+                             choice.record["page_size"]) == (dispatch.l_bucket(length), nodes, heads, page_size)
+                    assert (choice.distance == 0) == exact
+    dispatch.load_tuned.cache_clear()
+
+
+def test_the_nearest_key_decides_and_dtype_must_match(tuned_dir):
+    base = {"variant": "triton_splitkv", "config": {}, "page_size": 64}
+    table = {"near": {**base, "l_bucket": 32768, "tree_nodes": 64, "heads": 8, "dtype": "bfloat16", "median_ms": 2.0},
+             "far": {**base, "l_bucket": 4096, "tree_nodes": 16, "heads": 8, "dtype": "bfloat16", "median_ms": 0.1},
+             "fp16": {**base, "l_bucket": 65536, "tree_nodes": 64, "heads": 8, "dtype": "float16", "median_ms": 0.5}}
+    (tuned_dir / "some-gpu.yaml").write_text(yaml.safe_dump(table))
+    choice = dispatch.choose("some-gpu", None, 65536, 64, 8, 64, "bfloat16")
+    assert choice.record == table["near"] and choice.distance == 1.0 and choice.source == "measured"
+    assert dispatch.choose("some-gpu", None, 65536, 64, 8, 64, "float16").record == table["fp16"]
+    assert dispatch.choose("other-gpu", None, 65536, 64, 8, 64, "bfloat16").source == "default order"

@@ -38,3 +38,23 @@ def test_tuned_compare_lines_up_a_proxy_table_with_the_predicted_one(tmp_path):
     done = subprocess.run([sys.executable, "-m", "harness", "tuned", "--compare", str(first), str(second)],
                           capture_output=True, text=True)
     assert done.returncode == 0 and "STAGES 2/3" in done.stdout
+
+
+def test_tuned_explain_names_the_record_that_decides_auto():
+    """vk tuned --explain: on sm_120 (no measured table) every shape resolves from the predicted table,
+    at its own key or the nearest one, and says which."""
+    import subprocess
+    import sys
+
+    def explain(*argv):
+        done = subprocess.run([sys.executable, "-m", "harness", "tuned", "--explain", "--arch", "sm_120", *argv],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    exact = explain("--prefix", "131008", "--tree", "64", "--heads", "8")  # L + T = 131072: that bucket
+    assert "cuda_ws" in exact and "PREDICTED record at the same key" in exact and "predicted-sm_120.yaml" in exact
+    nearest = explain("--prefix", "50000", "--tree", "1", "--heads", "64", "--page-size", "16")
+    assert "at the nearest key (L bucket 32768, T 16, H 16, page 64" in nearest
+    between = explain("--prefix", "70000", "--tree", "64", "--heads", "8")  # bucket 65536: 32k and 128k as near
+    assert "nearest key (L bucket 131072, T 64, H 8" in between
