@@ -135,8 +135,8 @@ def default_config(shape: ProblemShape) -> dict:
 
 
 def split_rule(config: dict) -> dict:
-    """How kv_splits = 0 is chosen (``splits.choose_kv_splits``'s options): MIN_BLOCKS CTAs per SM
-    (registers are capped for that many), the most splits of one wave."""
+    """CTAs per SM the planner fills (MIN_BLOCKS: registers are capped for that many), one wave; the
+    predictor still models ``kv_splits`` = 0 by this rule (``splits.kv_splits_for``), not by the plan."""
     return {"ctas_per_sm": config["MIN_BLOCKS"], "one_wave": True}
 
 

@@ -33,10 +33,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .splits import MAX_KV_SPLITS
+from .splits import CTAS_PER_SM, MAX_KV_SPLITS, MIN_SPLIT_TOKENS
 
-MIN_CHUNK_TOKENS = 256
-CTAS_PER_SM = 2
+MIN_CHUNK_TOKENS = MIN_SPLIT_TOKENS  # a unit as short as a split may be: its partial rows cost as much
 MAX_WAVES = 16
 PLAN_KEYS = ("kv_splits", "waves")  # the config keys the planner reads: launch parameters, not compiled
 # A one-wave plan is kept when its busiest unit holds at most 1/ONE_WAVE_BALANCE of an even share.
