@@ -22,6 +22,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
+from harness.static.space import load_space  # noqa: E402
 from harness.tune import study as tune  # noqa: E402
 
 TrialState = optuna.trial.TrialState
@@ -48,15 +49,21 @@ def _measured_params(study) -> list[str]:
 
 
 def _wait_for_a_measuring_trial(storage: str, process, timeout_s: float = 120):
-    """The first trial a worker is measuring (RUNNING, with its worker recorded)."""
+    """The first trial a worker is measuring: RUNNING with its worker recorded, every tunable sampled
+    and still RUNNING a moment later (a fake measurement sleeps; a trial caught while it samples, or
+    while it is pruned as infeasible or a duplicate, is not yet or never measured)."""
+    tunables = set(load_space("triton_splitkv", "sm_120")["tunables"])
     deadline = time.time() + timeout_s
     while time.time() < deadline and process.poll() is None:
         try:
-            running = [t for t in _study(storage).get_trials(states=(TrialState.RUNNING,)) if "worker" in t.user_attrs]
+            running = [t for t in _study(storage).get_trials(states=(TrialState.RUNNING,))
+                       if "worker" in t.user_attrs and set(t.params) == tunables]
         except Exception:  # the study does not exist yet
             running = []
         if running:
-            return running[0]
+            time.sleep(0.3)
+            if _study(storage).trials[running[0].number].state == TrialState.RUNNING:
+                return running[0]
         time.sleep(0.2)
     raise AssertionError(f"no trial was being measured within {timeout_s} s (exit {process.poll()})")
 
