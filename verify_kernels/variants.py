@@ -18,6 +18,7 @@ VARIANTS: dict[str, str] = {
     "triton_splitkv": "verify_kernels.triton_splitkv",
     "cuda_coalesced": "verify_kernels.cuda_coalesced",
     "cuda_ws": "verify_kernels.cuda_ws",
+    "cuda_qreg": "verify_kernels.cuda_qreg",
     "gluon_wgmma": "verify_kernels.gluon_wgmma",
     "gluon_wgmma_ws": "verify_kernels.gluon_wgmma_ws",
 }

@@ -28,7 +28,7 @@ SPACES_DIR = search_spaces.SPACES_DIR
 STATIC_CACHE_DIR = results_dir() / "static"
 _EXPRESSION_NAMES = {"min": min, "max": max}
 # Tunables that change only the launch, not the compiled kernel's resources.
-LAUNCH_ONLY = ("kv_splits",)
+LAUNCH_ONLY = ("kv_splits", "waves")
 
 
 @dataclass

@@ -54,7 +54,7 @@ def _every_slot_finite(problem):
     return q, kv, table, lens, mask
 
 
-@pytest.mark.parametrize("variant", ["triton_splitkv", "gluon_wgmma_ws", "cuda_ws"])
+@pytest.mark.parametrize("variant", ["triton_splitkv", "gluon_wgmma_ws", "cuda_ws", "cuda_qreg"])
 @pytest.mark.gpu
 def test_a_graph_replayed_with_new_prefix_lengths_stays_right(variant):
     """Capture once at one set of lengths, then write longer and shorter ones into the same tensor

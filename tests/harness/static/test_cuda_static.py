@@ -7,7 +7,7 @@ import pytest
 
 from verify_kernels import cuda_coalesced, variants
 
-CUDA_VARIANTS = ("cuda_coalesced", "cuda_ws")
+CUDA_VARIANTS = ("cuda_coalesced", "cuda_ws", "cuda_qreg")
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (CI has it)")
 

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The second-generation portable kernel (cuda_qreg, issue 34) on the GPU host in one call, each step
+# packed into $OUT as it ends:
+#   test      its oracle suite, the planner's graph-replay test and the layout property test
+#                                                               -> results/check/portable-test-<gpu>.log
+#   sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck of cuda_qreg (its sm_90 and
+#             sm_120 defaults), memcheck of the kernels the planner changed (cuda_ws, gluon_wgmma_ws,
+#             triton_splitkv)                      -> results/sanitizer/variants/<tool>-<name>-<gpu>.txt
+#   bench     issue 34's shapes: cuda_qreg and cuda_ws with their sm_90 defaults beside FlashInfer fa2
+#             and FlashMLA (chain trees, graph replay, L2 flushed)    -> results/bench/portable-<gpu>.jsonl
+#   proxy     the same shapes with each kernel's sm_120 default, marked proxy_for sm_120
+#                                                        -> results/bench/portable-proxy-sm120-<gpu>.jsonl
+#   ncu       counters of one call at 131072 / 64 / 8, both defaults   -> results/ncu/cuda_qreg-*-<gpu>.txt
+# Usage (repository root): bash scripts/gpu_portable.sh SECONDS STEP[:SECONDS]...
+. scripts/gpu_env.sh
+deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
+. scripts/gpu_peers_env.sh
+mkdir -p results/bench results/check results/sanitizer/variants results/ncu
+default() {  # variant arch -> its default config as JSON
+  python3 -c "import json, importlib; print(json.dumps(importlib.import_module('verify_kernels.$1').DEFAULT_CONFIGS['$2']))"
+}
+bench_shapes() {  # out proxy-flag... ; the rest of the flags per group
+  local out=$1; shift
+  for shape in "--prefix 32768,131072,185000 --tree 64 --heads 8" "--prefix 185000 --tree 256 --heads 8" \
+               "--prefix 131072 --tree 16 --heads 8" "--prefix 65536 --tree 64 --heads 16" \
+               "--prefix 32768 --tree 64 --heads 128" "--ragged 185000,4096,32768,131072 --tree 64 --heads 8"; do
+    timeout -s INT -k 15 "$(left)" python3 -m harness bench --no-progress --resume --tree-kind chain --page-size 64 \
+      --mode graph --rep-ms 100 --out "$out" $shape "$@" >> "${out%.jsonl}.txt" 2>&1
+  done
+  tail -n 4 "${out%.jsonl}.txt"
+}
+for item in "$@"; do
+  step=${item%%:*}; end=$deadline
+  [ "$step" != "$item" ] && end=$(( $(date +%s) + ${item#*:} < deadline ? $(date +%s) + ${item#*:} : deadline ))
+  left() { local s=$(( end - $(date +%s) )); echo $(( s > 1 ? s : 1 )); }
+  echo "== $step ($(left) s)"
+  case $step in
+    test)
+      log="results/check/portable-test-$sku.log"
+      tests=(tests/kernels/test_variants.py tests/kernels/test_planner.py tests/kernels/test_layouts.py -k cuda_qreg)
+      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+        echo "command: python3 -m pytest -q -p no:cacheprovider -rs ${tests[*]}"; } > "$log"
+      timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider -rs "${tests[@]}" >> "$log" 2>&1
+      tail -n 8 "$log"; pack ;;
+    sanitize)
+      runs=("memcheck:cuda_qreg:{}" "racecheck:cuda_qreg:{}" "synccheck:cuda_qreg:{}" "initcheck:cuda_qreg:{}"
+            "memcheck:cuda_qreg-sm120:$(default cuda_qreg sm_120)" "racecheck:cuda_qreg-sm120:$(default cuda_qreg sm_120)"
+            "memcheck:cuda_ws:{}" "memcheck:gluon_wgmma_ws:{}" "memcheck:triton_splitkv:{}")
+      for run in "${runs[@]}"; do
+        tool=${run%%:*}; rest=${run#*:}; name=${rest%%:*}; config=${rest#*:}
+        log="results/sanitizer/variants/$tool-$name-$sku.txt"
+        { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+          echo "command: compute-sanitizer --tool $tool --kernel-name kns=verify python3 scripts/sanitize_variants.py ${name%-sm120} --config '$config'"; } > "$log"
+        timeout -k 5 "$(( $(left) < 150 ? $(left) : 150 ))" compute-sanitizer --tool "$tool" --kernel-name kns=verify \
+          python3 scripts/sanitize_variants.py "${name%-sm120}" --config "$config" >> "$log" 2>&1
+        echo "$tool $name: rc=$? $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) ok=$(grep -c ' ok$' "$log")"
+      done; pack ;;
+    bench)
+      bench_shapes "results/bench/portable-$sku.jsonl" --variants cuda_qreg cuda_ws --peers flashinfer_fa2 flash_mla
+      pack ;;
+    proxy)
+      out="results/bench/portable-proxy-sm120-$sku.jsonl"
+      for variant in cuda_qreg cuda_ws; do
+        bench_shapes "$out" --variants $variant --peers --proxy-for sm_120 --config "$(default $variant sm_120)"
+      done; pack ;;
+    ncu)
+      for arch in sm_90 sm_120; do
+        config=$(default cuda_qreg $arch); log="results/ncu/cuda_qreg-131072-64-8-$arch-default-$sku.txt"
+        { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; echo "config $config"; } > "$log"
+        timeout -k 5 "$(( $(left) / 2 ))" ncu --clock-control none --kernel-name verify_qreg --launch-skip 1 --launch-count 1 \
+          --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+          --section WarpStateStats --section Occupancy --section SchedulerStats \
+          --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_lg_throttle.ratio \
+          python3 scripts/ncu_variant.py cuda_qreg 131072 64 8 "$config" >> "$log" 2>&1
+        grep -E "^config|hmma|wavefronts_mem_shared|stalled|Duration|Registers Per|Achieved Active Warps|Shared Memory Conf" "$log" | cut -c1-120
+      done; pack ;;
+    *) echo "unknown step $step" >&2 ;;
+  esac
+done

@@ -1,0 +1,88 @@
+// A shared-memory ring of KV token rows filled by cp.async.bulk and handed over with mbarriers
+// (PTX ISA 8.0: sm_90 and sm_120), and the plan lookup, for the CUDA verify kernels.
+//
+// A tile is TILE_ROWS token rows of 576 elements (1152 bytes, one bulk copy each) at a row pitch of
+// PITCH elements; slot `tile % SLOTS` of the ring holds it and completes on full[slot] (32 lane
+// arrivals, each with its bytes). Rows past the sequence are copied from a global row of zeros, so
+// NaN in unused pool slots never reaches a tile and every write to the ring goes through the async
+// proxy, ordered by the mbarrier alone.
+#pragma once
+// Include mma_sync.cuh first (elem_t, smem_addr): sources inline local headers one level deep.
+
+constexpr int KV_ROW_ELEMS = 576;
+constexpr int KV_ROW_BYTES = KV_ROW_ELEMS * 2;
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
+                   smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  }
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_copy_kv_row(void* dst, const void* src, unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "n"(KV_ROW_BYTES), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// One warp's copies of tile `tile`: rows [start + tile * TILE_ROWS, +TILE_ROWS) of the request into
+// slot tile % SLOTS, lane i copying rows i, i + 32, ...
+template <int TILE_ROWS, int SLOTS, int PITCH>
+__device__ __forceinline__ void issue_kv_tile(elem_t* ring, unsigned long long* full, const elem_t* kv,
+                                              const elem_t* zero_row, const int* table, int page_size, int start,
+                                              int seq_len, int tile, int lane) {
+  const int slot = tile % SLOTS;
+  elem_t* dst = ring + slot * TILE_ROWS * PITCH;
+  const int tile_start = start + tile * TILE_ROWS;
+  const unsigned rows = lane < TILE_ROWS ? (TILE_ROWS - lane + 31) / 32 : 0;
+  // Earlier generic-proxy reads of this slot (its last tile) come before the async proxy writes it.
+  fence_proxy_async();
+  mbar_arrive_expect_tx(&full[slot], rows * KV_ROW_BYTES);
+  for (int row = lane; row < TILE_ROWS; row += 32) {
+    const int pos = tile_start + row;
+    const elem_t* src = zero_row;
+    if (pos < seq_len) {
+      const long long page = table[pos / page_size];
+      src = kv + (page * page_size + pos % page_size) * KV_ROW_ELEMS;
+    }
+    bulk_copy_kv_row(dst + row * PITCH, src, &full[slot]);
+  }
+}
+
+// The planner's device plan (verify_kernels/planner.py): plan[0..batch] the first unit of each
+// request (plan[batch]: all units), plan[batch + 1] the positions per unit. For `unit`: its request
+// (the last b with plan[b] <= unit), its position range [start, end) and the request's unit count.
+// Returns false for a unit past the plan (the grid is sized for the longest plan).
+struct PlanUnit {
+  int request, start, end, splits;
+};
+__device__ __forceinline__ bool plan_unit(const int* plan, int batch, const int* prefix_lens, int tree_nodes,
+                                          int unit, PlanUnit& u) {
+  if (unit >= plan[batch]) return false;
+  int b = 0;
+  for (int hi = batch - 1; b < hi;) {
+    const int mid = (b + hi + 1) / 2;
+    if (plan[mid] <= unit) b = mid; else hi = mid - 1;
+  }
+  const int seq_len = prefix_lens[b] + tree_nodes;
+  u.request = b;
+  u.splits = plan[b + 1] - plan[b];
+  u.start = (unit - plan[b]) * plan[batch + 1];
+  u.end = min(u.start + plan[batch + 1], seq_len);
+  return true;
+}

@@ -1,0 +1,188 @@
+"""Variant ``cuda_qreg``: the portable kernel of the second generation (cuda/verify_qreg.cu, compiled
+at run time by CuPy): mma.sync with Q held in registers, so that shared memory carries only K/V, one
+partial-S exchange and P (design and arithmetic: results/notes/2026-12-04-portable-kernel-design.md).
+
+A CTA is WARPS_M row groups of 4 warps, 32 query rows per group. Warp ``wn`` of a group keeps Q's
+head dims [144 wn, +144) of the group's rows in registers and computes their partial S; the four
+partials meet in shared memory, where warp ``wn`` owns the softmax of rows [8 wn, +8) and writes P;
+then every warp computes O += P V for its 128 output columns. The KV ring (bulk-copied token rows,
+mbarriers) is refilled by whichever warp finishes a tile last: no producer warp, so 8 warps of 255
+registers fit an SM. The KV is cut by the planner (planner.py) and merged by the shared combine
+(split_combine.py). Tunables are compile-time macros:
+
+- ``WARPS_M``: row groups per CTA (rows per CTA = 32 WARPS_M);
+- ``BLOCK_N``: KV tokens per tile; ``STAGES``: slots in the ring;
+- ``MIN_BLOCKS``: CTAs per SM the register allocation is bounded for;
+- ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
+  ``waves``: the most waves of units the planner may cut a badly balanced batch into.
+
+Needs sm_90 or newer (bulk copies with mbarrier transaction counts): sm_90 and sm_120.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from . import planner
+from .contract import ProblemShape
+from .cupy_launch import check_config, compiled_functions, external_stream, unsupported_cuda_reason
+from .split_combine import launch_combine, partial_buffers
+from .splits import sm_count
+
+SOURCE = Path(__file__).parent / "cuda" / "verify_qreg.cu"
+PAGE_SIZES = (16, 32, 64)
+CHECK_PAGE_SIZES = (16, 64)
+HEAD_DIM, V_DIM = 576, 512
+DIM_WARPS, GROUP_ROWS = 4, 32
+ROW_PITCH = HEAD_DIM + 8
+BARRIER_BYTES = 128
+MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
+# Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
+# compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
+DEFAULT_CONFIGS = {
+    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
+    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
+}
+DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
+# One and two row groups, 16- and 32-token tiles, two-slot rings, two CTAs per SM, fixed splits.
+CHECK_CONFIGS = (
+    {**DEFAULT_CONFIGS["sm_120"], "kv_splits": 3},
+    {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0},
+    {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 2, "kv_splits": 5},
+    {"WARPS_M": 1, "BLOCK_N": 16, "STAGES": 3, "kv_splits": 1},
+)
+MIN_CAPABILITY = (9, 0)
+
+
+def rows_per_cta(config: dict) -> int:
+    return GROUP_ROWS * config["WARPS_M"]
+
+
+def threads(config: dict) -> int:
+    return 32 * DIM_WARPS * config["WARPS_M"]
+
+
+def smem_bytes(config: dict) -> int:
+    """Dynamic shared memory per CTA: mbarriers and slot counters, the KV ring, every warp's fp32
+    partial S, P, and one float per row (the rescale factor, then 1 / l)."""
+    rows, block_n = rows_per_cta(config), config["BLOCK_N"]
+    ring = 2 * config["STAGES"] * block_n * ROW_PITCH
+    partial_s = 4 * DIM_WARPS * rows * (block_n + 8)
+    return BARRIER_BYTES + ring + partial_s + 2 * rows * (block_n + 8) + 4 * rows
+
+
+def config_problems(config: dict) -> list[str]:
+    """Structural rules of the kernel's static_asserts (registers and spills are the static model's)."""
+    values = [config[k] for k in MACROS]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return [f"{', '.join(MACROS)} must be positive ints, got {dict(zip(MACROS, values))}"]
+    warps_m, block_n, stages, min_blocks = values
+    problems = []
+    if block_n not in (16, 32, 64):
+        problems.append(f"BLOCK_N must be 16, 32 or 64, got {block_n}")
+    if not 2 <= stages <= 10:
+        problems.append(f"STAGES must be 2 .. 10 (the mbarrier block), got {stages}")
+    if warps_m > 14:
+        problems.append(f"WARPS_M must be <= 14 (named barriers), got {warps_m}")
+    if DIM_WARPS * warps_m * min_blocks > 8:
+        problems.append(f"{DIM_WARPS * warps_m} warps x {min_blocks} CTAs per SM > 8 warps: each needs ~255 "
+                        "registers per thread (Q and O in registers)")
+    return problems
+
+
+def unsupported_reason(shape: ProblemShape) -> str | None:
+    if shape.device.type == "cuda" and (capability := torch.cuda.get_device_capability(shape.device)) < MIN_CAPABILITY:
+        return f"needs sm_90 or newer (cp.async.bulk with mbarriers), this GPU is sm_{capability[0]}{capability[1]}"
+    return unsupported_cuda_reason(shape, PAGE_SIZES)
+
+
+def default_config(shape: ProblemShape) -> dict:
+    major = torch.cuda.get_device_capability(shape.device)[0] if shape.device.type == "cuda" else 12
+    return dict(DEFAULT_CONFIGS["sm_120" if major >= 10 else "sm_90"])
+
+
+def split_rule(config: dict) -> dict:
+    """CTAs per SM the planner fills (MIN_BLOCKS), one wave."""
+    return {"ctas_per_sm": config["MIN_BLOCKS"], "one_wave": True}
+
+
+def complete_config(config: dict, shape: ProblemShape) -> dict:
+    """Check the config against the kernel's rules and the GPU; ``kv_splits`` 0 is the planner's."""
+    check_config(config_problems(config), smem_bytes(config), shape)
+    return planner.check_plan_config(config)
+
+
+@lru_cache(maxsize=None)
+def _zero_row(dtype: torch.dtype, device_index: int) -> torch.Tensor:
+    """576 zeros the kernel copies into tile rows past the sequence (kept for the process's life)."""
+    return torch.zeros(HEAD_DIM, dtype=dtype, device=torch.device("cuda", device_index))
+
+
+def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
+    """Plan on the device, launch the kernel over the plan's units, then the shared combine unless
+    kv_splits = 1; ``out`` written in place."""
+    import cupy
+    import numpy as np
+
+    batch, tree_nodes, heads, _ = q.shape
+    row_blocks = math.ceil(tree_nodes * heads / rows_per_cta(config))
+    page_size = kv_cache.shape[1]
+    bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * page_size,
+                                 block_n=config["BLOCK_N"], sms=sm_count(q.device), kv_splits=config["kv_splits"],
+                                 ctas_per_sm=split_rule(config)["ctas_per_sm"], waves=config["waves"])
+    plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
+    device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    (kernel,) = compiled_functions(SOURCE, ("verify_qreg",), tuple((k, config[k]) for k in MACROS),
+                                   q.dtype == torch.float16, device_index)
+    shared = smem_bytes(config)
+    if kernel.max_dynamic_shared_size_bytes < shared:
+        kernel.max_dynamic_shared_size_bytes = shared
+    partial_out, partial_lse = partial_buffers(out, bounds.max_units)
+    i32, i64, ptr = np.int32, np.int64, np.uint64
+    stream = external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
+    with cupy.cuda.Device(device_index):
+        kernel((row_blocks, bounds.max_units), (threads(config),), (
+            ptr(q.data_ptr()), ptr(kv_cache.data_ptr()), ptr(block_table.data_ptr()), ptr(prefix_lens.data_ptr()),
+            ptr(tree_mask.data_ptr()), ptr(out.data_ptr()), ptr(partial_out.data_ptr()), ptr(partial_lse.data_ptr()),
+            i64(q.stride(0)), i64(q.stride(1)), i64(q.stride(2)),
+            i64(out.stride(0)), i64(out.stride(1)), i64(out.stride(2)),
+            i32(block_table.stride(0)), i32(tree_mask.stride(0)), i32(tree_mask.stride(1)),
+            i32(tree_nodes), i32(heads), i32(page_size), ptr(plan.data_ptr()), i32(batch),
+            np.float32(sm_scale * math.log2(math.e)), ptr(_zero_row(q.dtype, device_index).data_ptr()),
+        ), shared_mem=shared, stream=stream)
+    if config["kv_splits"] != 1:
+        launch_combine(partial_out, partial_lse, plan, out, bounds.max_units, bounds.max_splits)
+
+
+def tile_work(config: dict) -> dict:
+    """What one CTA does per KV tile, for performance models: mma.sync m16n8k16 count, bytes through
+    the shared-memory pipe (K and V ldmatrix reads, the partial-S stores and the owners' reads, P's
+    stores and ldmatrix reads, the bulk copy's writes), barriers (the row group's two), the warps
+    the CTA keeps resident, and the split rule. Q is in registers: no Q bytes per tile."""
+    rows, block_n = rows_per_cta(config), config["BLOCK_N"]
+    warps = DIM_WARPS * config["WARPS_M"]
+    k_bytes = warps * block_n * (HEAD_DIM // DIM_WARPS) * 2
+    v_bytes = warps * block_n * (V_DIM // DIM_WARPS) * 2
+    partial_s = 2 * DIM_WARPS * rows * block_n * 4  # written once, read once by the row's owner
+    p_bytes = rows * block_n * 2 + DIM_WARPS * rows * block_n * 2
+    return {"rows": rows, "block_n": block_n, "mma": rows * block_n * (HEAD_DIM + V_DIM) * 2 // 4096,
+            "smem_bytes": k_bytes + v_bytes + partial_s + p_bytes + block_n * HEAD_DIM * 2, "barriers": 2,
+            "warps": warps, "split_rule": split_rule(config)}
+
+
+def offline_arch_problem(arch: str) -> str | None:
+    """Why ``kernel_specs`` cannot compile for ``arch`` (None: it can): bulk copies need sm_90+."""
+    major = int(arch.removeprefix("sm_").rstrip("a")) // 10
+    return None if major >= 9 else f"cuda_qreg needs cp.async.bulk and mbarrier transactions (sm_90+), {arch} has none"
+
+
+def kernel_specs(config: dict):
+    """What `vk static` compiles for ``config`` with nvcc (the combine is the shared Triton one)."""
+    from .kernel_spec import CudaKernelSpec
+
+    return [CudaKernelSpec("verify_qreg", SOURCE, {k: config[k] for k in MACROS}, dynamic_smem=smem_bytes(config),
+                           threads=threads(config))]
