@@ -1,0 +1,67 @@
+"""cuda_qreg without a GPU: its rules, shared-memory arithmetic and per-tile work, fp16 and both row
+group counts through nvcc (its defaults compile in test_cuda_static.py)."""
+
+import shutil
+
+import pytest
+
+from verify_kernels import cuda_qreg
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (CI has it)")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
+@pytest.mark.parametrize("warps_m, min_blocks", [(1, 2), (2, 1)])
+def test_fp16_and_both_row_group_counts_compile_without_spills(arch, warps_m, min_blocks):
+    from dataclasses import replace
+
+    from harness.static.nvcc_compile import compile_resources
+
+    config = {**cuda_qreg.DEFAULT_CONFIGS["sm_120"], "WARPS_M": warps_m, "MIN_BLOCKS": min_blocks}
+    (spec,) = cuda_qreg.kernel_specs(config)
+    usage = compile_resources(replace(spec, macros={**spec.macros, "USE_FP16": 1}), arch)
+    assert spec.threads == 128 * warps_m
+    assert usage.spill_store_bytes == 0 and usage.registers <= 255
+
+
+@needs_nvcc
+def test_sm120_rejects_configs_over_99kb():
+    from harness.static.report import default_rows as static_rows
+
+    (row,) = static_rows("cuda_qreg", "sm_120", [{**cuda_qreg.DEFAULT_CONFIGS["sm_120"], "WARPS_M": 1, "STAGES": 6}])
+    assert not row["feasible"] and "99 KB" in row["reason"]
+
+
+def test_smem_arithmetic():
+    # mbarriers and counters, 3 slots x 16 x 584 halves, 8 warps' 32 x 24 fp32 partial S, P 64 x 24
+    # halves, 64 floats.
+    config = cuda_qreg.DEFAULT_CONFIGS["sm_120"]
+    assert (config["WARPS_M"], config["BLOCK_N"], config["STAGES"]) == (2, 16, 3)
+    assert cuda_qreg.smem_bytes(config) == 128 + 2 * 3 * 16 * 584 + 4 * 8 * 32 * 24 + 2 * 64 * 24 + 4 * 64
+    assert cuda_qreg.smem_bytes(config) <= 99 * 1024
+    assert cuda_qreg.smem_bytes({**config, "STAGES": 4}) > 99 * 1024
+
+
+def test_tile_work_has_no_q_bytes_and_clears_the_sm120_budget():
+    """The design's prediction in the model's own terms: per KV tile, ~17 FLOP per shared-memory
+    byte at 64 rows and 16-token tiles (cuda_ws's defaults: 8.8-10.3), above sm_120's ~8."""
+    work = cuda_qreg.tile_work(cuda_qreg.DEFAULT_CONFIGS["sm_120"])
+    flop_per_byte = work["mma"] * 4096 / work["smem_bytes"]
+    assert 15 <= flop_per_byte <= 19, flop_per_byte
+    assert work["rows"] == 64 and work["warps"] == 8 and work["barriers"] == 2
+
+
+@pytest.mark.parametrize("changes, message", [
+    pytest.param({"BLOCK_N": 24}, "16, 32 or 64", id="block_n"),
+    pytest.param({"STAGES": 1}, "STAGES must be 2 .. 10", id="one_stage"),
+    pytest.param({"STAGES": 11}, "STAGES must be 2 .. 10", id="eleven_stages"),
+    pytest.param({"MIN_BLOCKS": 2}, "8 warps", id="registers"),
+    pytest.param({"WARPS_M": 0}, "positive ints", id="zero_groups"),
+    pytest.param({"WARPS_M": True}, "positive ints", id="bool"),
+])
+def test_config_rules(changes, message):
+    problems = cuda_qreg.config_problems({**cuda_qreg.DEFAULT_CONFIG, **changes})
+    assert any(message in p for p in problems), problems
+    for config in cuda_qreg.DEFAULT_CONFIGS.values():
+        assert cuda_qreg.config_problems(dict(config)) == []
