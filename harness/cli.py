@@ -3,7 +3,7 @@
     vk check     every variant against the oracle over the case matrix
     vk bench     time variants and peers side by side over a sweep; JSONL records + table
     vk report    bench records -> markdown table and PNG plots
-    vk static    compile offline for sm_90/sm_120: registers, spills, shared memory, occupancy
+    vk static    compile offline for an arch of the registry: registers, spills, shared memory, occupancy
     vk ceilings  measure and cache this GPU's copy bandwidth and bf16 matmul rate
     vk decode    the DDTree decode loop on an MLA model (Kimi-K2 shaped), per-phase step times
     vk decode-report  decode records -> markdown table and plots

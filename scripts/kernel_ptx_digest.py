@@ -50,7 +50,9 @@ def triton_ptx(spec, arch: str) -> str:
         source_class = ASTSource
     source = source_class(spec.kernel, spec.signature(), constexprs=spec.specialised_constexprs(),
                           attrs=spec.divisibility_attrs())
-    compiled = triton.compile(source, target=GPUTarget("cuda", int(arch.removeprefix("sm_")), 32),
+    from verify_kernels.arch import load_arch
+
+    compiled = triton.compile(source, target=GPUTarget("cuda", load_arch(arch).compute, 32),
                               options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
     return compiled.asm["ptx"]
 
@@ -67,6 +69,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuned", type=Path, nargs="*", default=[], help="tuned winner tables (YAML)")
     parser.add_argument("--restamp", type=Path, help="a digest JSON made at the tuned records' source")
+    parser.add_argument("--arches", nargs="+", default=["sm_90", "sm_120"],
+                        help="archs to compile for (those of the digest compared against)")
     args = parser.parse_args()
     import yaml
 
@@ -79,7 +83,7 @@ def main() -> None:
     digests = {}
     for name in variants.VARIANTS:
         module = variants.load_variant(name)
-        arches = [arch for arch in ("sm_90", "sm_120") if not variants.optional(module, "offline_arch_problem")(arch)]
+        arches = [arch for arch in args.arches if not variants.optional(module, "offline_arch_problem")(arch)]
         base = dict(module.DEFAULT_CONFIG)
         configs = [base, *({**base, **c} for c in getattr(module, "CHECK_CONFIGS", ())),
                    *({**base, **c} for c in tuned.get(name, []))]

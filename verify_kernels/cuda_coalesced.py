@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from .arch import missing_feature
 from .contract import ProblemShape
 from .cupy_launch import check_config, compiled_functions, external_stream, unsupported_cuda_reason
 from .splits import with_kv_splits
@@ -74,12 +75,7 @@ def config_problems(config: dict) -> list[str]:
 
 
 def unsupported_reason(shape: ProblemShape) -> str | None:
-    return unsupported_cuda_reason(shape, PAGE_SIZES)
-
-
-def default_config(shape: ProblemShape) -> dict:
-    major = torch.cuda.get_device_capability(shape.device)[0] if shape.device.type == "cuda" else 12
-    return dict(DEFAULT_CONFIGS["sm_120" if major >= 12 else "sm_90"])
+    return missing_feature(shape, "mma_sync", "mma.sync") or unsupported_cuda_reason(shape, PAGE_SIZES)
 
 
 def split_rule(config: dict) -> dict:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from .arch import load_arch, missing_feature
 from .contract import ProblemShape
 from .cupy_launch import check_config, compiled_functions, external_stream, unsupported_cuda_reason
 from . import planner
@@ -65,7 +66,6 @@ CHECK_CONFIGS = (
     {"WARPS_M": 2, "WARPS_N": 4, "BLOCK_N": 32, "STAGES": 3, "SPLIT_K": 1, "kv_splits": 2},
     {"WARPS_M": 4, "BLOCK_N": 32, "STAGES": 3, "SPLIT_K": 0, "kv_splits": 0},
 )
-MIN_CAPABILITY = (9, 0)
 
 
 def rows_per_cta(config: dict) -> int:
@@ -124,14 +124,8 @@ def config_problems(config: dict) -> list[str]:
 
 
 def unsupported_reason(shape: ProblemShape) -> str | None:
-    if shape.device.type == "cuda" and (capability := torch.cuda.get_device_capability(shape.device)) < MIN_CAPABILITY:
-        return f"needs sm_90 or newer (cp.async.bulk with mbarriers), this GPU is sm_{capability[0]}{capability[1]}"
-    return unsupported_cuda_reason(shape, PAGE_SIZES)
+    return missing_feature(shape, "bulk_copy", "cp.async.bulk with mbarriers") or unsupported_cuda_reason(shape, PAGE_SIZES)
 
-
-def default_config(shape: ProblemShape) -> dict:
-    major = torch.cuda.get_device_capability(shape.device)[0] if shape.device.type == "cuda" else 12
-    return dict(DEFAULT_CONFIGS["sm_120" if major >= 10 else "sm_90"])
 
 
 def split_rule(config: dict) -> dict:
@@ -207,8 +201,7 @@ def tile_work(config: dict) -> dict:
 
 def offline_arch_problem(arch: str) -> str | None:
     """Why ``kernel_specs`` cannot compile for ``arch`` (None: it can): bulk copies need sm_90+."""
-    major = int(arch.removeprefix("sm_").rstrip("a")) // 10
-    return None if major >= 9 else f"cuda_ws needs cp.async.bulk and mbarrier transactions (sm_90+), {arch} has none"
+    return None if load_arch(arch).has("bulk_copy") else f"cuda_ws needs cp.async.bulk and mbarrier transactions, {arch} has none"
 
 
 def kernel_specs(config: dict):

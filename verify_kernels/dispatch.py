@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from .arch import device_arch
 from .contract import ProblemShape
 
 SHIPPED_TUNED_DIR = Path(__file__).resolve().parent / "tuned"
@@ -51,14 +52,6 @@ def load_tuned(sku: str, directory: str) -> dict:
     if not path.exists():
         return {}
     return yaml.safe_load(path.read_text()) or {}
-
-
-def device_arch(device: torch.device) -> str | None:
-    """'sm_<major><minor>' of a CUDA device (e.g. 'sm_120'); None off the GPU."""
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}"
 
 
 def key_distance(record: dict, bucket: int, tree_nodes: int, heads: int, page_size: int) -> float:

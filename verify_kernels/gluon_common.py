@@ -3,12 +3,12 @@ config completion. Kernel code: it is part of both variants' kernel source hashe
 
 from __future__ import annotations
 
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import tma as hopper_tma
 
+from .arch import missing_feature
 from .contract import ProblemShape
 from .splits import with_kv_splits
 
@@ -65,9 +65,8 @@ def plan_unit(Plan, unit, B, B_POW2: gl.constexpr, num_warps: gl.constexpr):
 def unsupported_reason(shape: ProblemShape) -> str | None:
     if shape.device.type != "cuda":
         return f"needs a CUDA Hopper GPU (wgmma, sm_90), got {shape.device}"
-    major, minor = torch.cuda.get_device_capability(shape.device)
-    if major != 9:
-        return f"needs a Hopper GPU (wgmma, sm_90), got sm_{major}{minor}"
+    if reason := missing_feature(shape, "wgmma", "wgmma (a Hopper GPU, sm_90)"):
+        return reason
     if (shape.head_dim, shape.v_dim) != (576, 512):
         return f"needs the MLA head (Dqk 576, v_dim 512), got Dqk {shape.head_dim}, v_dim {shape.v_dim}"
     if shape.page_size not in PAGE_SIZES:

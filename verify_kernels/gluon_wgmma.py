@@ -33,6 +33,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
+from .arch import load_arch
 from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE,
                            DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, complete_config, copy_rows, cta_barrier,
                            pool_rows, unsupported_reason)
@@ -230,6 +231,6 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
 
 
 def offline_arch_problem(arch: str) -> str | None:
-    """Why ``kernel_specs`` cannot compile for ``arch`` (None: it can). Other arches than sm_90 have no
-    wgmma, and LLVM aborts the process rather than raising, so they are refused before compiling."""
-    return None if arch == "sm_90" else f"gluon_wgmma needs wgmma (sm_90), which {arch} does not have"
+    """Why ``kernel_specs`` cannot compile for ``arch`` (None: it can). Arches without wgmma (all
+    but sm_90), and LLVM aborts the process rather than raising, so they are refused before compiling."""
+    return None if load_arch(arch).has("wgmma") else f"gluon_wgmma needs wgmma (sm_90), which {arch} does not have"

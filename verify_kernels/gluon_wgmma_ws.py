@@ -42,6 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from .arch import load_arch
 from . import planner
 from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE, LN2, LOG2E,
                            PAGE_SIZES, copy_rows, cta_barrier, plan_unit, pool_rows, tma_async_load,
@@ -403,6 +404,6 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
 
 
 def offline_arch_problem(arch: str) -> str | None:
-    """Why ``kernel_specs`` cannot compile for ``arch`` (None: it can). Other arches than sm_90 have no
-    wgmma, and LLVM aborts the process rather than raising, so they are refused before compiling."""
-    return None if arch == "sm_90" else f"gluon_wgmma_ws needs wgmma (sm_90), which {arch} does not have"
+    """Why ``kernel_specs`` cannot compile for ``arch`` (None: it can). Arches without wgmma (all
+    but sm_90), and LLVM aborts the process rather than raising, so they are refused before compiling."""
+    return None if load_arch(arch).has("wgmma") else f"gluon_wgmma_ws needs wgmma (sm_90), which {arch} does not have"

@@ -11,6 +11,7 @@ from functools import lru_cache
 
 import torch
 
+from .arch import load_arch
 from .contract import ProblemShape
 
 # Each split covers at least this many positions: shorter splits cost more in partial-output
@@ -18,7 +19,7 @@ from .contract import ProblemShape
 MIN_SPLIT_TOKENS = 256
 MAX_KV_SPLITS = 64
 CTAS_PER_SM = 2
-CPU_SM_COUNT = 132  # what the interpreter pretends, so CPU tests exercise the same choices
+CPU_ARCH = "sm_90"  # off the GPU, plan as on this arch (its SM count): CPU tests make the H200's choices
 
 
 @lru_cache(maxsize=None)
@@ -28,7 +29,7 @@ def _device_sm_count(index: int) -> int:
 
 def sm_count(device: torch.device) -> int:
     if device.type != "cuda":
-        return CPU_SM_COUNT
+        return load_arch(CPU_ARCH).sms
     return _device_sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 

@@ -26,7 +26,6 @@ and acc [BLOCK_M, 512] fp32.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
@@ -162,18 +161,6 @@ def _splitkv_verify_kernel(
         lse = tl.where(has_mass, m_i + tl.log(tl.where(has_mass, l_i, 1.0)), float("-inf"))
         tl.store(PartialLse + partial_row, lse, mask=row_valid)
 
-
-
-def _arch_of(device: torch.device) -> str:
-    if device.type != "cuda":
-        return "sm_90"
-    major, _ = torch.cuda.get_device_capability(device)
-    return "sm_120" if major >= 12 else "sm_90"
-
-
-def default_config(shape: ProblemShape) -> dict:
-    """The arch's default tiles (sm_120 defaults fit its 99 KB of shared memory)."""
-    return dict(DEFAULT_CONFIGS[_arch_of(shape.device)])
 
 
 def unsupported_reason(shape: ProblemShape) -> str | None:

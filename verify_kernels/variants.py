@@ -13,6 +13,8 @@ import numbers
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
+from .arch import config_key, device_arch
+
 VARIANTS: dict[str, str] = {
     "triton_ps1": "verify_kernels.triton_ps1",
     "triton_splitkv": "verify_kernels.triton_splitkv",
@@ -51,15 +53,15 @@ class VariantModule(Protocol):
 
 # Optional names and what a variant without one gets.
 OPTIONAL: dict[str, Any] = {
-    "DEFAULT_CONFIGS": {},                            # per-arch defaults ("sm_90", "sm_120") over DEFAULT_CONFIG
+    "DEFAULT_CONFIGS": {},                            # per-arch defaults ("sm_90", "sm_120"): defaults_for picks one
     "CHECK_CONFIGS": (),                              # configs the oracle check runs besides the default
     "CPU_INTERPRETABLE": False,                       # runs under TRITON_INTERPRET=1 (the CPU suite)
-    "default_config": None,                           # (shape) -> defaults for that shape's GPU
     "complete_config": lambda config, shape: config,  # (config, shape) -> checked config, shape-derived values filled
     "config_problems": lambda config: [],             # (config) -> why a config cannot compile, before compiling
     "offline_arch_problem": lambda arch: None,        # (arch) -> why kernel_specs cannot compile for it
     "SOURCE": None,                                   # the CUDA source file of a CUDA variant (part of its hash)
     "tile_work": None,                                # (config) -> per-KV-tile work of one CTA, for the predictor
+    "smem_bytes": None,                               # (config) -> dynamic shared memory per CTA, checked before compiling
 }
 
 
@@ -90,13 +92,20 @@ def load_variant_file(path) -> ModuleType:
     return module
 
 
-def resolve_config(name: str, module: ModuleType, config: dict | None, shape) -> dict:
-    """The variant's defaults for ``shape`` overridden by ``config``, then checked and completed.
+def defaults_for(module: ModuleType, arch_name: str | None) -> dict:
+    """The variant's default config for an arch ('sm_120'; None: off the GPU): its ``DEFAULT_CONFIGS``
+    entry for the arch or the registry's nearest arch of the same shared memory per block
+    (``arch.config_key``), else ``DEFAULT_CONFIG``."""
+    per_arch = optional(module, "DEFAULT_CONFIGS")
+    key = config_key(arch_name, per_arch)
+    return dict(per_arch[key] if key else module.DEFAULT_CONFIG)
 
-    Unknown keys raise with the known ones. Uses shapes only (no host sync).
+
+def resolve_config(name: str, module: ModuleType, config: dict | None, shape) -> dict:
+    """The variant's defaults for ``shape``'s GPU (``defaults_for``) overridden by ``config``, then
+    checked and completed. Unknown keys raise with the known ones. Uses shapes only (no host sync).
     """
-    defaults = optional(module, "default_config")
-    merged = dict(defaults(shape) if defaults else module.DEFAULT_CONFIG)
+    merged = defaults_for(module, device_arch(shape.device))
     if config:
         unknown = sorted(set(config) - set(merged))
         if unknown:

@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from verify_kernels.arch import known_arches
+
 from harness.arguments import (device_or_default, float_at_least, int_in, int_list_in, json_dict,
                                output_file, prefix_lengths)
 from harness.measure.inputs import read_yaml_mapping
@@ -79,7 +81,7 @@ def _bench_settings(args) -> dict:
 SWEEP_PARSERS = {"prefix": prefix_lengths, "tree": int_list_in(1, 1024), "heads": int_list_in(1, 128),
                  "page_size": int_list_in(1), "batch": int_in(1), "rep_ms": float_at_least(0, strict=True),
                  "repeat": int_in(1)}
-SWEEP_CHOICES = {"dtype": ("bfloat16", "float16"), "mode": ("events", "graph"), "proxy_for": ("sm_120", None)}
+SWEEP_CHOICES = {"dtype": ("bfloat16", "float16"), "mode": ("events", "graph"), "proxy_for": (*known_arches(), None)}
 
 
 def _sweep_value(path, key: str, value):
@@ -204,7 +206,7 @@ def add_commands(sub) -> None:
     bench.add_argument("--mode", choices=["events", "graph"], help="events (default) or CUDA-graph replay")
     bench.add_argument("--rep-ms", type=float_at_least(0, strict=True), help="time budget of timed calls per point (default 200)")
     bench.add_argument("--repeat", type=int_in(1), help="time each point this many times (agreement check)")
-    bench.add_argument("--proxy-for", choices=["sm_120"],
+    bench.add_argument("--proxy-for", choices=known_arches(),
                        help="mark the records as a proxy run for this arch: configs that fit it, timed on this GPU")
     bench.add_argument("--counters", action="store_true",
                        help="also profile each ok row once under ncu (a separate replay, never the timed one): "

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from verify_kernels.arch import known_arches, load_arch
+
 from harness.arguments import int_in, int_list_in, json_dict, prefix_lengths
 from harness.measure.inputs import check_output_dir, check_source_checkout
 from harness.measure.paths import default_optuna_storage
@@ -19,7 +21,6 @@ def check_records(records: list[Path], variant: str, arch_name: str, fitted_on: 
     here over all configs) and overall (points, median and worst |% error|, Spearman over all)."""
     import numpy as np
 
-    from harness.predict.arch import load_arch
     from harness.predict.fit import blocks_per_sm, config_key, measured_points, predicted_ms, spearman, validate
 
     points = measured_points(records, variant)
@@ -43,7 +44,6 @@ def check_records(records: list[Path], variant: str, arch_name: str, fitted_on: 
 
 
 def cmd_predict(args) -> int:
-    from harness.predict.arch import load_arch
     from harness.predict.fit import blocks_per_sm
     from harness.predict.model import predict
     from verify_kernels import variants
@@ -63,7 +63,7 @@ def cmd_predict(args) -> int:
         print(json.dumps(overall))
         return 0
     fitted = load_params(args.variant, args.fitted_on)
-    config = {**module.DEFAULT_CONFIGS.get(args.arch, module.DEFAULT_CONFIG)}
+    config = variants.defaults_for(module, args.arch)
     unknown = sorted(set(args.config or {}) - set(config))
     if unknown:
         raise SystemExit(f"vk predict: --config: unknown keys {unknown} for {args.variant}; expected {sorted(config)}")
@@ -88,7 +88,6 @@ def cmd_predict_fit(args) -> int:
 
     from harness.measure.environment import git_commit
     from harness.measure.paths import results_dir
-    from harness.predict.arch import load_arch
     from verify_kernels import variants
     from harness.predict.fit import fit, measured_points, split_configs, validate
     from harness.predict.report import predicted_space, write_validation
@@ -157,13 +156,13 @@ def cmd_predict_fit(args) -> int:
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     predict = sub.add_parser("predict", help="predicted time of a config on an arch (no GPU needed)")
-    predict.add_argument("--arch", default="sm_120", help="an arch spec in harness/predict/arch/")
+    predict.add_argument("--arch", default="sm_120", choices=known_arches(), help="an arch of the registry (verify_kernels/arches/)")
     predict.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
     predict.add_argument("--config", type=json_dict, help="config overrides over the arch's default")
     predict.add_argument("--prefix", type=prefix_lengths, default=[131072], help="prefix lengths L")
     predict.add_argument("--tree", type=int_list_in(1, 1024), default=[64], help="tree sizes T")
     predict.add_argument("--heads", type=int_list_in(1, 128), default=[8], help="heads H")
-    predict.add_argument("--fitted-on", default="sm_90", help="the arch whose measurements fitted the parameters")
+    predict.add_argument("--fitted-on", default="sm_90", choices=known_arches(), help="the arch whose measurements fitted the parameters")
     predict.add_argument("--check", type=Path, nargs="+", metavar="RECORDS",
                          help="bench JSONL files measured on --arch: report the predictor's error against them "
                               "(per shape: Spearman, predicted-best / best, median |%% error|) instead of predicting")
@@ -174,8 +173,8 @@ def add_commands(sub) -> None:
     fit.add_argument("--study", help="or a vk tune study's name (e.g. an exhaustive one) in --storage")
     fit.add_argument("--storage", default=default_optuna_storage(), help="the Optuna storage of --study")
     fit.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
-    fit.add_argument("--fitted-on", default="sm_90", help="the arch spec of the GPU that measured the records")
-    fit.add_argument("--predict-for", nargs="*", default=["sm_120"], help="archs whose search space to predict")
+    fit.add_argument("--fitted-on", default="sm_90", choices=known_arches(), help="the arch of the GPU that measured the records")
+    fit.add_argument("--predict-for", nargs="*", default=["sm_120"], choices=known_arches(), help="archs whose search space to predict")
     fit.add_argument("--trials", type=int_in(1), default=400, help="Optuna trials of the fit")
     fit.add_argument("--ship", action="store_true",
                      help="also copy the fitted parameters (harness/predict/params/) and each predicted table "

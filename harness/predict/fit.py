@@ -18,7 +18,7 @@ import numpy as np
 
 from harness.static.space import STATIC_CACHE_DIR, _compile_key
 
-from .arch import Arch
+from verify_kernels.arch import Arch
 from .model import PARAMETERS, predict
 
 SEARCH = {"tensor_efficiency": (0.2, 1.0), "smem_efficiency": (0.2, 1.0), "saturating_warps": (1.0, 64.0),

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from verify_kernels import variants
 from verify_kernels.splits import kv_splits_for
 
-from .arch import Arch
+from verify_kernels.arch import Arch
 
 PARAMETERS = ("tensor_efficiency", "smem_efficiency", "saturating_warps", "tile_overhead_cycles", "fixed_us")
 HEAD_DIM, V_DIM = 576, 512

@@ -3,7 +3,7 @@ time on an arch at one key, with the static model's CTAs per SM; no GPU."""
 
 from __future__ import annotations
 
-from harness.predict.arch import load_arch
+from verify_kernels.arch import load_arch
 from harness.predict.fit import blocks_per_sm
 from harness.predict.fitted import load_params
 from harness.predict.model import predict

@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from .arch import Arch
+from verify_kernels.arch import Arch
 from .fit import blocks_per_sm, config_key, predicted_ms
 from .model import predict
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from verify_kernels.arch import known_arches
+
 from harness.arguments import json_dict
 
 
@@ -52,7 +54,7 @@ def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     static = sub.add_parser("static", help="compile offline for an arch: registers, spills, smem, occupancy")
     static.add_argument("--variant", help="default: every variant with an offline compile path")
-    static.add_argument("--arch", nargs="+", default=["sm_120"], choices=["sm_90", "sm_120"], help="target archs")
+    static.add_argument("--arch", nargs="+", default=["sm_120"], choices=known_arches(), help="target archs (verify_kernels/arches/)")
     static.add_argument("--config", type=json_dict, action="append", help="configs to compile (default: the arch's default)")
     static.add_argument("--space", action="store_true", help="the whole search space (search_spaces/*.yaml)")
     static.add_argument("--json", action="store_true")

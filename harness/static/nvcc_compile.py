@@ -10,9 +10,9 @@ from pathlib import Path
 
 from verify_kernels.kernel_spec import CudaKernelSpec
 
-from harness.static.occupancy import ResourceUsage
+from verify_kernels.arch import load_arch
 
-ARCH_FLAGS = {"sm_90": "sm_90", "sm_120": "sm_120"}
+from harness.static.occupancy import ResourceUsage
 
 
 def nvcc_path() -> str:
@@ -24,10 +24,9 @@ def nvcc_path() -> str:
 
 def ptxas_report(source: Path, arch: str, macros: dict, kernel: str) -> str:
     """ptxas -v output for ``kernel`` compiled as a cubin for ``arch``."""
-    if arch not in ARCH_FLAGS:
-        raise ValueError(f"arch: expected one of {sorted(ARCH_FLAGS)}, got {arch!r}")
+    target = f"sm_{load_arch(arch).compute}"  # ValueError for an arch without a record
     with tempfile.TemporaryDirectory() as tmp:
-        command = [nvcc_path(), "-cubin", f"-arch={ARCH_FLAGS[arch]}", "-std=c++17", "-Xptxas", "-v",
+        command = [nvcc_path(), "-cubin", f"-arch={target}", "-std=c++17", "-Xptxas", "-v",
                    *(f"-D{k}={v}" for k, v in macros.items()), str(source), "-o", str(Path(tmp) / "k.cubin")]
         completed = subprocess.run(command, capture_output=True, text=True)
     if completed.returncode:
@@ -55,4 +54,5 @@ def compile_resources(spec: CudaKernelSpec, arch: str) -> ResourceUsage:
         stack_bytes=number(r"(\d+) bytes stack frame"),
         shared_bytes=spec.dynamic_smem + number(r"(\d+) bytes smem"),
         threads=spec.threads,
+        barriers=number(r"used (\d+) barriers"),
     )

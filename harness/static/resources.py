@@ -11,9 +11,8 @@ from harness.static.occupancy import report
 
 
 def default_configs(variant: str, arch: str) -> dict:
-    module = variants.load_variant(variant)
-    per_arch = variants.optional(module, "DEFAULT_CONFIGS")
-    return dict(per_arch.get(arch, module.DEFAULT_CONFIG))
+    """The variant's default config on ``arch`` (``variants.defaults_for``)."""
+    return variants.defaults_for(variants.load_variant(variant), arch)
 
 
 def static_rows(variant: str, arch: str, configs: list[dict] | None = None, *, allow_spills: bool = True) -> list[dict]:

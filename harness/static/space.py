@@ -1,8 +1,10 @@
 """Search spaces as data: ``search_spaces/<variant>.yaml`` -> candidate configs with reasons.
 
 A space lists values per tunable and constraint expressions (Python expressions over the tunable
-names, plus min and max); an arch section adds constraints and says whether register spills
-disqualify a candidate there (``allow_spills``, default false). Every candidate is either kept or
+names, plus min and max, the variant's ``smem_bytes`` and the arch's ``smem_per_block`` and
+``smem_per_sm``); an optional arch section adds constraints and says whether register spills
+disqualify a candidate there (``allow_spills``, default false). Arches come from the registry
+(verify_kernels/arch.py): a new arch needs no section. Every candidate is either kept or
 carries the reason it was dropped, in KernelTuner's spirit: nothing disappears silently.
 The static model (static_feasibility) then compiles the kept ones for the arch.
 """
@@ -18,7 +20,9 @@ from pathlib import Path
 
 import yaml
 
+from verify_kernels import arch as arch_module
 from verify_kernels import variants
+from verify_kernels.arch import load_arch
 
 import search_spaces
 from harness.measure.paths import results_dir
@@ -56,8 +60,8 @@ def load_space(variant: str, arch: str) -> dict:
                 raise ValueError(f"search space {path.name}: tunable {name} names {values!r}, which variant "
                                  f"{variant!r} does not define")
             space["tunables"][name] = list(getattr(module, values))
-    if arch not in space.get("arch", {}):
-        raise ValueError(f"arch: {path.name} has no section for {arch!r}; it has {sorted(space.get('arch', {}))}")
+    load_arch(arch)  # ValueError naming the known arches
+    space.setdefault("arch", {}).setdefault(arch, {})  # an arch without a section: no extra rules, no spills
     return space
 
 
@@ -70,10 +74,10 @@ def allow_spills(variant: str, arch: str) -> bool:
     return bool(load_space(variant, arch)["arch"][arch].get("allow_spills", False))
 
 
-def _violated(expressions: list[str], config: dict) -> str | None:
+def _violated(expressions: list[str], config: dict, names: dict | None = None) -> str | None:
     for expression in expressions:
         try:
-            if not eval(expression, {"__builtins__": {}}, {**_EXPRESSION_NAMES, **config}):  # noqa: S307 (our YAML)
+            if not eval(expression, {"__builtins__": {}}, {**_EXPRESSION_NAMES, **(names or {}), **config}):  # noqa: S307
                 return f"constraint: {expression}"
         except Exception as error:
             raise ValueError(f"search space constraint {expression!r} failed on {config}: {error}") from None
@@ -81,15 +85,29 @@ def _violated(expressions: list[str], config: dict) -> str | None:
 
 
 def candidates(variant: str, arch: str) -> list[Candidate]:
-    """Every combination of the space's values, with a reason on those the rules drop."""
+    """Every combination of the space's values, with a reason on those the rules drop: the space's
+    constraints (which may name ``smem_bytes``, the variant's shared memory for the config, and the
+    arch's ``smem_per_block`` and ``smem_per_sm`` in bytes), the variant's own rules, what the arch
+    cannot compile (``offline_arch_problem``) and, before any compile, shared memory over the arch's
+    per-block limit."""
     space = load_space(variant, arch)
     names = list(space["tunables"])
     module = variants.load_variant(variant)
+    record = load_arch(arch)
     rules = space.get("constraints", []) + space["arch"][arch].get("constraints", [])
+    arch_problem = variants.optional(module, "offline_arch_problem")(arch)
+    smem_bytes = variants.optional(module, "smem_bytes")
+    defaults = variants.defaults_for(module, arch)
     result = []
     for values in itertools.product(*(space["tunables"][n] for n in names)):
         config = dict(zip(names, values))
-        reason = _violated(rules, config) or "; ".join(variants.optional(module, "config_problems")(config))
+        problems = variants.optional(module, "config_problems")({**defaults, **config})
+        smem = smem_bytes({**defaults, **config}) if smem_bytes and not problems else 0
+        limits = {"smem_bytes": smem, "smem_per_block": record.smem_per_block_bytes,
+                  "smem_per_sm": record.smem_per_sm_kb * 1024}
+        reason = (arch_problem or _violated(rules, config, limits) or "; ".join(problems)
+                  or (f"shared memory {smem / 1024:.1f} KB > {record.smem_per_block_kb} KB per block on {arch}"
+                      if smem > record.smem_per_block_bytes else ""))
         result.append(Candidate(config, reason))
     return result
 
@@ -139,8 +157,9 @@ def static_model_hash() -> str:
     """sha256 (first 16 hex) of the static model a variant is checked with: the occupancy rules and
     the compiler front ends (Triton's and nvcc's)."""
     here = Path(__file__).parent
-    return source_digest([here / name for name in ("occupancy.py", "triton_compile.py", "nvcc_compile.py",
-                                                   "resources.py")])
+    return source_digest([*(here / name for name in ("occupancy.py", "triton_compile.py", "nvcc_compile.py",
+                                                     "resources.py")),
+                          Path(arch_module.__file__), *sorted(arch_module.ARCH_DIR.glob("*.yaml"))])
 
 
 @functools.lru_cache(maxsize=None)

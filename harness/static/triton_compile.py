@@ -13,9 +13,9 @@ from pathlib import Path
 
 from verify_kernels.kernel_spec import TritonKernelSpec
 
-from harness.static.occupancy import ResourceUsage
+from verify_kernels.arch import load_arch
 
-ARCH_CAPABILITY = {"sm_90": 90, "sm_120": 120}
+from harness.static.occupancy import ResourceUsage
 
 
 def _ptxas(capability: int) -> str:
@@ -46,6 +46,7 @@ def _ptxas_report(ptx: str, capability: int) -> dict[str, int]:
         "spill_store_bytes": number(r"(\d+) bytes spill stores"),
         "spill_load_bytes": number(r"(\d+) bytes spill loads"),
         "static_shared_bytes": number(r"(\d+) bytes smem"),
+        "barriers": number(r"used (\d+) barriers"),
     }
 
 
@@ -55,8 +56,7 @@ def compile_resources(spec: TritonKernelSpec, arch: str) -> ResourceUsage:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    if arch not in ARCH_CAPABILITY:
-        raise ValueError(f"arch: expected one of {sorted(ARCH_CAPABILITY)}, got {arch!r}")
+    capability = load_arch(arch).compute  # ValueError for an arch without a record
     if not isinstance(spec.kernel, triton.JITFunction):  # Gluon kernels are JITFunctions too
         raise RuntimeError("cannot compile kernels decorated under TRITON_INTERPRET=1; run without it")
     if getattr(spec.kernel, "is_gluon", lambda: False)():
@@ -65,9 +65,9 @@ def compile_resources(spec: TritonKernelSpec, arch: str) -> ResourceUsage:
         source_class = ASTSource
     source = source_class(spec.kernel, spec.signature(), constexprs=spec.specialised_constexprs(),
                           attrs=spec.divisibility_attrs())
-    compiled = triton.compile(source, target=GPUTarget("cuda", ARCH_CAPABILITY[arch], 32),
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32),
                               options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
-    ptxas = _ptxas_report(compiled.asm["ptx"], ARCH_CAPABILITY[arch])
+    ptxas = _ptxas_report(compiled.asm["ptx"], capability)
     return ResourceUsage(
         registers=ptxas["registers"],
         spill_store_bytes=ptxas["spill_store_bytes"],
@@ -75,4 +75,5 @@ def compile_resources(spec: TritonKernelSpec, arch: str) -> ResourceUsage:
         stack_bytes=ptxas["stack_bytes"],
         shared_bytes=int(compiled.metadata.shared) + ptxas["static_shared_bytes"],
         threads=spec.threads or spec.num_warps * 32,
+        barriers=ptxas["barriers"],
     )

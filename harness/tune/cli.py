@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from verify_kernels.arch import known_arches
+
 from harness.arguments import PREFIX_MAX, float_at_least, int_in, int_list_in, output_file, prefix_lengths, seed
 from harness.measure.inputs import check_source_checkout, read_yaml_mapping
 
@@ -214,15 +216,15 @@ def add_commands(sub) -> None:
     tune.add_argument("--minutes", type=float_at_least(0, strict=True), help="wall-clock budget per study")
     tune.add_argument("--storage", help=f"any Optuna storage URL (default {'sqlite:///results/tuned/optuna.db'})")
     tune.add_argument("--workers", type=int_in(1), default=1, help="worker processes, one per local GPU, shared storage")
-    tune.add_argument("--arch", choices=["sm_90", "sm_120"], help="static model's arch (default: this GPU's)")
+    tune.add_argument("--arch", choices=known_arches(), help="static model's arch (default: this GPU's)")
     tune.add_argument("--gpu", help="GPU SKU for the keys (default: this GPU's)")
-    tune.add_argument("--constrain-to", choices=["sm_120"],
+    tune.add_argument("--constrain-to", choices=known_arches(),
                       help="proxy tuning: search only the configs this arch's static model admits, timed on this "
                            "GPU; studies and winners apart (results/tuned/<gpu>-proxy-<arch>.yaml, proxy_for: <arch>)")
     tune.add_argument("--objective", choices=["measured", "predicted"], default="measured",
                       help="measured (time each config on this GPU) or predicted: the predictor's time on --arch, "
                            "no GPU; winners into results/predict/predicted-<arch>.yaml, predicted: true")
-    tune.add_argument("--fitted-on", default="sm_90", help="with --objective predicted: the arch whose "
+    tune.add_argument("--fitted-on", default="sm_90", choices=known_arches(), help="with --objective predicted: the arch whose "
                                                             "measurements fitted the predictor's parameters")
     tune.add_argument("--seed", type=seed, default=0)
     tune.add_argument("--trial-timeout", type=float_at_least(0, strict=True), default=180.0, help="seconds before a trial counts as hung")
@@ -251,7 +253,7 @@ def add_commands(sub) -> None:
     tuned.add_argument("--explain", action="store_true",
                        help="what variant='auto' runs on --arch for one shape (--prefix, --tree, --heads, "
                             "--page-size, --dtype; --gpu for its measured table) and which record decided it")
-    tuned.add_argument("--arch", choices=["sm_80", "sm_89", "sm_90", "sm_100", "sm_120"],
+    tuned.add_argument("--arch", choices=known_arches(),
                        help="with --explain: the GPU arch (its predicted table)")
     tuned.add_argument("--gpu", help="with --explain: the GPU SKU whose measured table to read, e.g. nvidia-h200")
     tuned.add_argument("--prefix", type=int_in(0, PREFIX_MAX), help="with --explain: the prefix length L (auto buckets L + T "

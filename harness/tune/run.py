@@ -8,6 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+from verify_kernels.arch import device_arch, known_arches
+from verify_kernels.splits import CPU_ARCH
+
 
 def tune_keys(args, sku: str):
     """The keys the arguments name: variants x prefix lengths x tree sizes x heads."""
@@ -41,8 +44,10 @@ def run_tune(args, argv: list[str]) -> int:
         raise SystemExit("vk tune: needs a CUDA GPU (VK_TUNE_FAKE=1 runs the machinery with a fake cost)")
     if args.workers > 1:
         return _tune_workers(args, argv)
-    arch = args.arch or ("sm_120" if torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 12
-                         else "sm_90")
+    arch = args.arch or (device_arch(torch.device("cuda")) if torch.cuda.is_available() else CPU_ARCH)
+    if arch not in known_arches():
+        raise SystemExit(f"vk tune: this GPU is {arch}, which the arch registry lacks (verify_kernels/arches/); "
+                         f"give --arch, one of {known_arches()}")
     sku = args.gpu or gpu_sku_or_fake(fake)
     proxy_for = getattr(args, "constrain_to", None)
     if proxy_for and args.arch and args.arch != proxy_for:

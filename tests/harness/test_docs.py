@@ -1,7 +1,9 @@
 """The READMEs against the code (FlashMLA's tests/test_readme_example.py, in spirit): every ``vk``
-command line parses with the CLI's own parser, every file path they cite exists, and the README's
-Python example runs on the CPU."""
+command (code lines, and inline spans without placeholders) parses with the CLI's own parser, every
+file path they cite and every script they say to run exists, every README has something of these to
+check, and the README's Python example runs on the CPU."""
 
+import argparse
 import re
 import shlex
 import subprocess
@@ -13,25 +15,48 @@ from harness.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 READMES = [ROOT / "README.md", ROOT / "results" / "README.md", ROOT / "experiments" / "README.md",
-           *sorted((ROOT / "harness").rglob("README.md")), ROOT / "scripts" / "archive" / "README.md"]
+           *sorted((ROOT / "harness").rglob("README.md"))]
 SUFFIXES = (".py", ".sh", ".md", ".jsonl", ".json", ".yaml", ".txt", ".png", ".cu", ".diff", ".db", ".toml")
 
 
 def _commands(text: str) -> list[str]:
-    """``vk ...`` lines of indented or fenced code, with backslash continuations joined."""
+    """``vk ...`` lines of indented or fenced code (backslash continuations joined), and inline
+    `` `vk ...` `` spans without placeholders (``<gpu>``, ``L``, ``...``), which name no real value."""
     joined = re.sub(r"\\\n\s*", " ", text)
-    return [line.strip() for line in joined.splitlines() if re.match(r"\s+vk \S", line) or line.startswith("vk ")]
+    blocks = [line.strip() for line in joined.splitlines() if re.match(r"\s+vk \S", line) or line.startswith("vk ")]
+    inline = [span for span in re.findall(r"`(vk [^`]+)`", text)
+              if not re.search(r"<|\.\.\.|\s[A-Z]\b|\[|\|", span)]
+    return blocks + inline
+
+
+def _scripts(text: str) -> list[str]:
+    """The scripts a README tells the reader to run: `` `bash scripts/x.sh ...` ``, `` `python3 scripts/x.py` ``."""
+    return re.findall(r"(?:bash|python3?) ((?:scripts|harness)/[\w/.-]+\.(?:sh|py))", text)
 
 
 @pytest.mark.parametrize("readme", READMES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_vk_line_parses(readme):
     commands = _commands(readme.read_text())
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     for command in commands:
         words = shlex.split(command.split("  #")[0])[1:]
+        if len(words) == 1:  # a subcommand named in prose (`vk report`): it must exist
+            assert words[0] in subcommands, f"{readme.name}: `{command}` names no vk subcommand"
+            continue
         try:
-            build_parser().parse_args(words)
+            parser.parse_args(words)
         except SystemExit as error:
             pytest.fail(f"{readme.name}: `{command}` does not parse (exit {error.code})")
+
+
+@pytest.mark.parametrize("readme", READMES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_readme_has_commands_or_paths_to_check_and_its_scripts_exist(readme):
+    """Each README is checked by this file for something: a command that parses or a path that exists."""
+    text = readme.read_text()
+    assert _commands(text) or _cited_paths(text), f"{readme.relative_to(ROOT)}: nothing the docs test can check"
+    missing = [script for script in _scripts(text) if not (ROOT / script).is_file()]
+    assert not missing, f"{readme.relative_to(ROOT)} tells the reader to run missing scripts: {missing}"
 
 
 def _cited_paths(text: str) -> set[str]:

@@ -24,7 +24,7 @@ def test_registered_variant_satisfies_the_protocol(name):
     assert list(inspect.signature(module.unsupported_reason).parameters) == ["shape"]
     for name_, default in variants.OPTIONAL.items():
         value = variants.optional(module, name_)
-        if callable(default) or name_ in ("default_config",):
+        if callable(default) or name_ in ("tile_work", "smem_bytes"):
             assert value is None or callable(value), name_
     specs = module.kernel_specs(variants.optional(module, "DEFAULT_CONFIGS").get("sm_90", module.DEFAULT_CONFIG))
     assert specs and all(type(spec).__module__ == "verify_kernels.kernel_spec" for spec in specs)

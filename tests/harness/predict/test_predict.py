@@ -1,4 +1,5 @@
-"""The predictor on hand-checked cases, the arch files' validation, the fit's helpers and the CLI."""
+"""The predictor on hand-checked cases, the fit's helpers and the CLI (the arch records it reads:
+tests/kernels/test_arch.py)."""
 
 import json
 import math
@@ -7,38 +8,13 @@ import sys
 
 import pytest
 
-from harness.predict.arch import available, load_arch, parse_arch
 from harness.predict.fit import blocks_per_sm, spearman
 from harness.predict.model import predict
 from verify_kernels import cuda_ws
+from verify_kernels.arch import load_arch
 
 EXACT = {"tensor_efficiency": 1.0, "smem_efficiency": 1.0, "saturating_warps": 1.0, "tile_overhead_cycles": 0.0,
          "fixed_us": 0.0}
-
-
-def test_arch_files_load_and_source_every_field():
-    assert {"sm_90", "sm_120"} <= set(available())
-    h200, pro6000 = load_arch("sm_90"), load_arch("sm_120")
-    assert (h200.sms, pro6000.sms) == (132, 188)
-    assert pro6000.smem_per_block_kb == 99 and pro6000.max_threads_per_sm == 1536
-
-
-@pytest.mark.parametrize("change, message", [
-    (lambda d: d.pop("sms"), "missing fields \\['sms'\\]"),
-    (lambda d: d["sources"].pop("dram_tbps"), "without a source \\['dram_tbps'\\]"),
-    (lambda d: d.update(clock_ghz=-1), "must be positive numbers"),
-])
-def test_arch_validation_names_the_field(change, message):
-    import yaml
-
-    from harness.predict.arch import ARCH_DIR
-
-    data = yaml.safe_load((ARCH_DIR / "sm_120.yaml").read_text())
-    change(data)
-    with pytest.raises(ValueError, match=message):
-        parse_arch(data, "my-gpu.yaml")
-    with pytest.raises(ValueError, match="no spec for 'sm_75'"):
-        load_arch("sm_75")
 
 
 def test_shared_memory_bound_tile_by_hand():

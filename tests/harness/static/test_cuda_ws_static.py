@@ -61,7 +61,7 @@ def test_config_rules(changes, message):
 
 def test_offline_arches():
     assert cuda_ws.offline_arch_problem("sm_90") is None and cuda_ws.offline_arch_problem("sm_120") is None
-    assert "sm_90+" in cuda_ws.offline_arch_problem("sm_80")
+    assert "cp.async.bulk" in cuda_ws.offline_arch_problem("sm_89")
 
 
 def test_cpu_tensors_are_a_clear_unsupported_reason():
