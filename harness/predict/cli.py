@@ -90,9 +90,11 @@ def cmd_predict_fit(args) -> int:
     from harness.measure.paths import results_dir
     from verify_kernels import variants
     from harness.predict.fit import fit, measured_points, split_configs, validate
-    from harness.predict.report import predicted_space, write_validation
+    from harness.predict.report import write_validation
 
-    if bool(args.records) == bool(args.study):
+    if args.shipped_params and (args.records or args.study):
+        raise SystemExit("vk predict-fit: --shipped-params fits nothing: give no --records or --study with it")
+    if not args.shipped_params and bool(args.records) == bool(args.study):
         raise SystemExit("vk predict-fit: give --records (bench JSONL) or --study (a vk tune study), one of them")
     try:
         variants.load_variant(args.variant)
@@ -103,6 +105,12 @@ def cmd_predict_fit(args) -> int:
         raise SystemExit(f"vk predict-fit: {error}") from None
     if args.ship:
         check_source_checkout("--ship")
+    if args.shipped_params:
+        out_dir = results_dir() / "predict"
+        check_output_dir(out_dir, "results folder")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _predict_tables(args, load_params(args.variant, args.fitted_on)["params"], out_dir)
+        return 0
     if args.study:
         from harness.predict.fit import study_points
 
@@ -137,20 +145,26 @@ def cmd_predict_fit(args) -> int:
         print(f"shipped {params_path(args.variant, args.fitted_on)}: vk predict reads these parameters")
     markdown = write_validation(points, args.variant, arch, fitted, rows, held_out, out_dir, args.fitted_on)
     print(markdown.read_text())
-    for target in args.predict_for or []:
-        table = predicted_space(args.variant, load_arch(target), target, fitted["params"], args.fitted_on, out_dir)
-        print(table.read_text())
-        if args.ship:
-            import shutil
-
-            from verify_kernels.dispatch import SHIPPED_TUNED_DIR
-
-            shipped = SHIPPED_TUNED_DIR / f"predicted-{target}.yaml"
-            shutil.copyfile(out_dir / f"predicted-{target}.yaml", shipped)
-            print(f"shipped {shipped}: variant='auto' on {target} without measured records reads it")
+    _predict_tables(args, fitted["params"], out_dir)
     print(f"wrote {fitted_path} and {out_dir}; held-out configs: {len(held_out)}, "
           f"training configs: {len(train)} (configs compared without kv_splits)")
     return 0
+
+
+def _predict_tables(args, params: dict, out_dir: Path) -> None:
+    """Each --predict-for arch's space predicted with ``params`` (results/predict/), shipped with --ship."""
+    import shutil
+
+    from harness.predict.report import predicted_space
+    from verify_kernels.dispatch import SHIPPED_TUNED_DIR
+
+    for target in args.predict_for or []:
+        table = predicted_space(args.variant, load_arch(target), target, params, args.fitted_on, out_dir)
+        print(table.read_text())
+        if args.ship:
+            shipped = SHIPPED_TUNED_DIR / f"predicted-{target}.yaml"
+            shutil.copyfile(out_dir / f"predicted-{target}.yaml", shipped)
+            print(f"shipped {shipped}: variant='auto' on {target} without measured records reads it")
 
 
 def add_commands(sub) -> None:
@@ -176,6 +190,9 @@ def add_commands(sub) -> None:
     fit.add_argument("--fitted-on", default="sm_90", choices=known_arches(), help="the arch of the GPU that measured the records")
     fit.add_argument("--predict-for", nargs="*", default=["sm_120"], choices=known_arches(), help="archs whose search space to predict")
     fit.add_argument("--trials", type=int_in(1), default=400, help="Optuna trials of the fit")
+    fit.add_argument("--shipped-params", action="store_true",
+                     help="no fit: predict the --predict-for tables with the shipped parameters (harness/predict/"
+                          "params/), e.g. after a change to how a table picks its winner")
     fit.add_argument("--ship", action="store_true",
                      help="also copy the fitted parameters (harness/predict/params/) and each predicted table "
                           "(verify_kernels/tuned/predicted-<arch>.yaml) into the package: from a source checkout only; "

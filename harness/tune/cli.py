@@ -105,8 +105,14 @@ def explain_auto(args) -> str:
            f"page {record['page_size']}")
     how = "the same key" if choice.distance == 0 else f"the nearest key ({key}; log-distance {choice.distance:g})"
     time = record.get("median_ms", record.get("predicted_ms"))
-    return (f"auto on {args.arch} at {shape}: {choice.variant} {choice.config}\n"
+    text = (f"auto on {args.arch} at {shape}: {choice.variant} {choice.config}\n"
             f"decided by a {choice.source.upper()} record at {how}, {time:.4f} ms, in {choice.table}")
+    ties = record.get("model_ties")
+    if ties:
+        text += (f"\nthe model cannot tell {len(ties['configs'])} configs apart (predicted within "
+                 f"{ties['within']:.0%}); taken: {ties['decided_by']}. A proxy tune (vk tune --constrain-to "
+                 f"{args.arch}) measures them first")
+    return text
 
 
 def cmd_tuned(args) -> int:

@@ -61,8 +61,10 @@ def run_tune(args, argv: list[str]) -> int:
     path = args.winners or winners_path(sku)
     rows = []
     for key in tune_keys(args, sku):
+        # A proxy tune measures first the configs the predictor could not tell apart at this key.
+        warm_start = neighbour_winners(path, key) + (predicted_ties(arch, key) if proxy_for else [])
         study = tune_key(key, arch=arch, storage=storage, trials=args.trials, minutes=args.minutes,
-                         seed=args.seed, warm_start=neighbour_winners(path, key),
+                         seed=args.seed, warm_start=warm_start,
                          timeout_s=args.trial_timeout, rep_ms=args.rep_ms, progress=not args.no_progress,
                          compile=not args.no_compile, exhaustive=args.exhaustive, timing=args.timing)
         if args.worker_only or args.exhaustive:
@@ -83,6 +85,18 @@ def run_tune(args, argv: list[str]) -> int:
                                       "failed", "config"]))
         print(f"\nwinners in {path}; storage {storage}")
     return 0
+
+
+def predicted_ties(arch: str, key) -> list[dict]:
+    """The configs the shipped predicted table of ``arch`` could not tell apart at ``key`` (its
+    ``model_ties``; harness/predict/report.py), for a proxy tune to measure first."""
+    from verify_kernels.dispatch import SHIPPED_TUNED_DIR, load_tuned
+
+    for record in load_tuned(f"predicted-{arch}", str(SHIPPED_TUNED_DIR)).values():
+        if (record["variant"], record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"]) == (
+                key.variant, key.l_bucket, key.tree_nodes, key.heads, key.page_size):
+            return [dict(config) for config in record.get("model_ties", {}).get("configs", [])]
+    return []
 
 
 def check_tune_inputs(args) -> None:

@@ -194,3 +194,21 @@ def test_fit_reads_a_tune_study_and_the_predicted_table_keeps_other_variants(tmp
     written = yaml.safe_load(table.read_text())
     assert set(written) == {"cuda_ws|sm_120|predicted|L4096|T16|H8|ps64",
                             "cuda_coalesced|sm_120|predicted|L4096|T16|H8|ps64"}
+
+
+def test_a_predicted_table_says_when_the_model_cannot_tell_configs_apart():
+    """Within MODEL_RESOLUTION of the best: tied; the arch's default is taken when it is among them,
+    else the fastest prediction; a clear winner has no ties."""
+    from types import SimpleNamespace
+
+    from harness.predict.report import MODEL_RESOLUTION, pick_among_ties
+
+    def scored(*times):
+        return [({"A": i}, SimpleNamespace(time_ms=t)) for i, t in enumerate(times)]
+
+    (config, _), ties = pick_among_ties(scored(1.0, 1.0 + MODEL_RESOLUTION / 2, 2.0), default={"A": 1})
+    assert config == {"A": 1} and len(ties["configs"]) == 2 and "default" in ties["decided_by"]
+    (config, _), ties = pick_among_ties(scored(1.01, 1.0, 1.005), default={"A": 7})
+    assert config == {"A": 1} and len(ties["configs"]) == 3 and "measure them" in ties["decided_by"]
+    (config, _), ties = pick_among_ties(scored(1.0, 1.5), default={"A": 1})
+    assert config == {"A": 0} and ties is None

@@ -54,7 +54,19 @@ def test_tuned_explain_names_the_record_that_decides_auto():
 
     exact = explain("--prefix", "131008", "--tree", "64", "--heads", "8")  # L + T = 131072: that bucket
     assert "cuda_ws" in exact and "PREDICTED record at the same key" in exact and "predicted-sm_120.yaml" in exact
+    # The model predicts SPLIT_K 0 and 1 alike there: the table says so and takes sm_120's default.
+    assert "cannot tell" in exact and "the arch's default config" in exact and "'SPLIT_K': 1" in exact
     nearest = explain("--prefix", "50000", "--tree", "1", "--heads", "64", "--page-size", "16")
     assert "at the nearest key (L bucket 32768, T 16, H 16, page 64" in nearest
     between = explain("--prefix", "70000", "--tree", "64", "--heads", "8")  # bucket 65536: 32k and 128k as near
     assert "nearest key (L bucket 131072, T 64, H 8" in between
+
+
+def test_a_proxy_tune_measures_the_predicted_ties_first():
+    from harness.tune.run import predicted_ties
+    from harness.tune.study import TuneKey
+
+    key = TuneKey("cuda_ws", "nvidia-h200-proxy-sm_120", 131072, 64, 8, 64, "bfloat16", 131072)
+    ties = predicted_ties("sm_120", key)
+    assert len(ties) >= 2 and {c["SPLIT_K"] for c in ties} == {0, 1}
+    assert predicted_ties("sm_120", TuneKey("cuda_ws", "x", 131072, 3, 8, 64, "bfloat16", 131072)) == []
