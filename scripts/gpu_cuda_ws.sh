@@ -39,11 +39,12 @@ if [[ $steps == *" ncu "* ]]; then
   IFS=';' read -ra ncu_configs <<< "${NCU_CONFIGS:-{\}}"; i=0
   for config in "${ncu_configs[@]}"; do
     log="results/ncu/cuda_ws-185000-64-8-$i-$sku.txt"; i=$((i + 1)); echo "config $config" > "$log"
-    timeout 200 ncu --clock-control none --kernel-name verify_ws --launch-skip 1 --launch-count 1 \
+    spec="{\"variant\": \"cuda_ws\", \"prefix_len\": 185000, \"tree_nodes\": 64, \"heads\": 8, \"page_size\": 64, \"config\": $config, \"seed\": 0}"
+    timeout 200 ncu --clock-control none --nvtx --nvtx-include vk_counters/ --kernel-name verify_ws \
       --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
       --section WarpStateStats --section Occupancy --section SchedulerStats \
       --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_membar.ratio \
-      python3 scripts/ncu_variant.py cuda_ws 185000 64 8 "$config" >> "$log" 2>&1
+      python3 -m harness.bench.counters_target "$spec" >> "$log" 2>&1
     grep -E "^config|hmma|wavefronts_mem_shared|stalled|Duration|Issue Slots Busy|Registers Per|Achieved Active Warps" "$log" | cut -c1-120
   done; pack
 fi

@@ -67,11 +67,12 @@ for item in "$@"; do
       for arch in sm_90 sm_120; do
         config=$(default cuda_qreg $arch); log="results/ncu/cuda_qreg-131072-64-8-$arch-default-$sku.txt"
         { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; echo "config $config"; } > "$log"
-        timeout -k 5 "$(( $(left) / 2 ))" ncu --clock-control none --kernel-name verify_qreg --launch-skip 1 --launch-count 1 \
+        spec="{\"variant\": \"cuda_qreg\", \"prefix_len\": 131072, \"tree_nodes\": 64, \"heads\": 8, \"page_size\": 64, \"config\": $config, \"seed\": 0}"
+        timeout -k 5 "$(( $(left) / 2 ))" ncu --clock-control none --nvtx --nvtx-include vk_counters/ --kernel-name verify_qreg \
           --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
           --section WarpStateStats --section Occupancy --section SchedulerStats \
           --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_lg_throttle.ratio \
-          python3 scripts/ncu_variant.py cuda_qreg 131072 64 8 "$config" >> "$log" 2>&1
+          python3 -m harness.bench.counters_target "$spec" >> "$log" 2>&1
         grep -E "^config|hmma|wavefronts_mem_shared|stalled|Duration|Registers Per|Achieved Active Warps|Shared Memory Conf" "$log" | cut -c1-120
       done; pack ;;
     *) echo "unknown step $step" >&2 ;;
