@@ -1,7 +1,7 @@
 """The READMEs against the code (FlashMLA's tests/test_readme_example.py, in spirit): every ``vk``
 command (code lines, and inline spans without placeholders) parses with the CLI's own parser, every
-file path they cite and every script they say to run exists, every README has something of these to
-check, and the README's Python example runs on the CPU."""
+file path they cite, every section they link and every script they say to run exists, every README has
+something of these to check, and the README's Python example runs on the CPU."""
 
 import argparse
 import re
@@ -80,6 +80,29 @@ def test_every_cited_path_exists(readme):
     missing = [path for path in sorted(_cited_paths(readme.read_text()))
                if not ((ROOT / path).exists() or (readme.parent / path).exists() or _generated(readme.parent / path))]
     assert not missing, f"{readme.relative_to(ROOT)} cites missing files: {missing}"
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("readme", READMES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_cited_section_exists(readme):
+    """A link to a section (`[..](file.md#anchor)` or `(#anchor)`) names a heading the file has."""
+    missing = []
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", readme.read_text()):
+        path = (readme.parent / target) if target else readme
+        headings = re.findall(r"^#+\s+(.*)$", path.read_text(), flags=re.M) if path.is_file() else []
+        if anchor not in {_slug(h) for h in headings}:
+            missing.append(f"{target}#{anchor}")
+    assert not missing, f"{readme.relative_to(ROOT)} links sections that do not exist: {missing}"
+
+
+def test_slugs_follow_github():
+    assert _slug("Ragged batches: the planner (`notes/2026-12-04-scheduler.md`)") == \
+        "ragged-batches-the-planner-notes2026-12-04-schedulermd"
+    assert _slug("Predicted, not measured (sm_120)") == "predicted-not-measured-sm_120"
 
 
 def test_readme_python_example_runs_on_the_cpu():
