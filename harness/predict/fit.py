@@ -58,6 +58,7 @@ def measured_points(paths: list[Path], variant: str) -> list[dict]:
                                  f"{sorted(config)}, the variant compiles {sorted(tunables)} (an older kernel?)")
             points.append({"prefix_len": record["prefix_len"], "tree_nodes": record["tree_nodes"],
                            "heads": record["heads"], "batch": record.get("batch", 1), "page_size": record["page_size"],
+                           "prefix_lens": record.get("prefix_lens"),  # a ragged batch's lengths
                            "config": config, "measured_ms": record["median_ms"], "source": path.name})
     return points
 
@@ -96,7 +97,7 @@ def predicted_ms(point: dict, variant: str, arch: Arch, blocks: dict, params: di
     """The prediction for a measured point, at the kv_splits the launch resolved."""
     return predict(variant, point["config"], prefix_len=point["prefix_len"], tree_nodes=point["tree_nodes"], heads=point["heads"],
                    arch=arch, blocks_per_sm=blocks[config_key(point["config"])], params=params,
-                   batch=point["batch"], page_size=point["page_size"]).time_ms
+                   batch=point["batch"], page_size=point["page_size"], prefix_lens=point.get("prefix_lens")).time_ms
 
 
 def fit(points: list[dict], variant: str, arch: Arch, arch_name: str, train: set, trials: int = 400) -> dict:

@@ -1,7 +1,8 @@
 """Predicted kernel time from an arch spec, the static model's resources and a variant's declared
 per-tile work (``tile_work``), with five parameters fitted on measurements (``fit.py``).
 
-One launch: CTAs = row blocks x KV splits x requests, ``blocks_per_sm`` of them resident per SM
+One launch: CTAs = row blocks x units (the planner's, ``planner.reference_plan``, for a variant on the
+planner; else KV splits x requests by the variant's split rule), ``blocks_per_sm`` of them resident per SM
 (registers, shared memory and threads: the static model), in ``waves`` over the SMs. An SM runs a
 round of tiles (one per resident CTA) in
 
@@ -20,7 +21,8 @@ import math
 from dataclasses import asdict, dataclass
 
 from verify_kernels import variants
-from verify_kernels.splits import kv_splits_for
+from verify_kernels.planner import plan_bounds, reference_plan
+from verify_kernels.splits import CTAS_PER_SM, kv_splits_for
 
 from verify_kernels.arch import Arch
 
@@ -44,9 +46,13 @@ class Prediction:
 
 
 def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, heads: int, arch: Arch,
-            blocks_per_sm: int, params: dict, batch: int = 1, page_size: int = 64) -> Prediction:
-    """Predicted time of one launch of ``variant`` at ``config`` (``blocks_per_sm`` from the static model)."""
-    tile_work = variants.optional(variants.load_variant(variant), "tile_work")
+            blocks_per_sm: int, params: dict, batch: int = 1, page_size: int = 64,
+            prefix_lens: list[int] | None = None) -> Prediction:
+    """Predicted time of one launch of ``variant`` at ``config`` (``blocks_per_sm`` from the static model);
+    ``prefix_lens``: a ragged batch (else ``batch`` requests of ``prefix_len``). A variant whose defaults
+    carry the planner's ``waves`` runs on the planner: its units are ``planner.reference_plan``'s."""
+    module = variants.load_variant(variant)
+    tile_work = variants.optional(module, "tile_work")
     if tile_work is None:
         raise ValueError(f"variant: {variant!r} declares no tile_work; the predictor covers "
                          f"{[n for n in variants.VARIANTS if variants.optional(variants.load_variant(n), 'tile_work')]}")
@@ -57,14 +63,25 @@ def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, hea
         raise ValueError(f"params: missing {missing}")
     work = tile_work(config)
     rows = tree_nodes * heads
-    sequence = prefix_len + tree_nodes
+    lengths = list(prefix_lens) if prefix_lens else [prefix_len] * batch
+    batch, sequence = len(lengths), max(lengths) + tree_nodes
     capacity = (math.ceil(sequence / page_size) + 1) * page_size  # a spare logical page, as tables have
-    # The kernel's own choice for kv_splits=0 (its split rule), on ``arch``.
-    splits = config.get("kv_splits") or kv_splits_for(capacity, rows, batch, work["rows"], work["block_n"], arch.sms,
-                                                      **work["split_rule"])
-    split_len = math.ceil(math.ceil(capacity / splits) / work["block_n"]) * work["block_n"]
+    row_blocks = math.ceil(rows / work["rows"])
+    if "waves" in module.DEFAULT_CONFIG:  # the planner's units, on ``arch``
+        bounds = plan_bounds(batch=batch, row_blocks=row_blocks, capacity=capacity, block_n=work["block_n"],
+                             sms=arch.sms, kv_splits=config.get("kv_splits", 0),
+                             ctas_per_sm=work["split_rule"].get("ctas_per_sm", CTAS_PER_SM),
+                             waves=config.get("waves", module.DEFAULT_CONFIG["waves"]))
+        starts, split_len = reference_plan(lengths, tree_nodes, bounds)
+        per_request = [b - a for a, b in zip(starts, starts[1:])]
+    else:  # the kernel's own split rule for kv_splits=0, on ``arch``
+        count = config.get("kv_splits") or kv_splits_for(capacity, rows, batch, work["rows"], work["block_n"],
+                                                         arch.sms, **work["split_rule"])
+        split_len = math.ceil(math.ceil(capacity / count) / work["block_n"]) * work["block_n"]
+        per_request = [count] * batch
+    splits = max(per_request)
     tiles = math.ceil(min(split_len, sequence) / work["block_n"])
-    ctas = math.ceil(rows / work["rows"]) * splits * batch
+    ctas = row_blocks * sum(per_request)
     resident = max(1, min(blocks_per_sm, math.ceil(ctas / arch.sms)))
     waves = math.ceil(ctas / (arch.sms * blocks_per_sm))
     warps = resident * work["warps"]
@@ -73,9 +90,9 @@ def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, hea
     smem_cycles = resident * work["smem_bytes"] / (arch.smem_bytes_per_clock_per_sm * params["smem_efficiency"] * latency)
     round_cycles = max(mma_cycles, smem_cycles) + params["tile_overhead_cycles"] * work["barriers"]
     kernel_ms = waves * tiles * round_cycles / (arch.clock_ghz * 1e6)
-    combine_bytes = (batch * splits * rows * (V_DIM + 1) * 4 + batch * rows * V_DIM * 2) if splits > 1 else 0
+    combine_bytes = sum(count * rows * (V_DIM + 1) * 4 + rows * V_DIM * 2 for count in per_request if count > 1)
     time_ms = kernel_ms + params["fixed_us"] / 1e3 + combine_bytes / (arch.dram_tbps * 1e9)
-    dram_ms = batch * sequence * HEAD_DIM * 2 / (arch.dram_tbps * 1e9)
+    dram_ms = sum(length + tree_nodes for length in lengths) * HEAD_DIM * 2 / (arch.dram_tbps * 1e9)
     bound = "tensor" if mma_cycles >= smem_cycles else "shared memory"
     if dram_ms > time_ms:
         time_ms, bound = dram_ms, "dram"

@@ -212,3 +212,21 @@ def test_a_predicted_table_says_when_the_model_cannot_tell_configs_apart():
     assert config == {"A": 1} and len(ties["configs"]) == 3 and "measure them" in ties["decided_by"]
     (config, _), ties = pick_among_ties(scored(1.0, 1.5), default={"A": 1})
     assert config == {"A": 0} and ties is None
+
+
+def test_a_planned_variant_is_predicted_over_the_planners_units():
+    """cuda_ws runs on the planner: a ragged batch's CTAs are row blocks x the plan's units (its long
+    request cut into many, its short one into few), and its longest unit sets the tiles."""
+    from verify_kernels import planner
+
+    config = dict(cuda_ws.DEFAULT_CONFIGS["sm_90"])
+    arch, lengths, nodes, heads = load_arch("sm_90"), [185000, 4096, 32768], 64, 8
+    result = predict("cuda_ws", config, prefix_len=max(lengths), tree_nodes=nodes, heads=heads, arch=arch,
+                     blocks_per_sm=1, params=EXACT, prefix_lens=lengths)
+    row_blocks = math.ceil(nodes * heads / cuda_ws.rows_per_cta(config))
+    capacity = (math.ceil((max(lengths) + nodes) / 64) + 1) * 64
+    bounds = planner.plan_bounds(batch=3, row_blocks=row_blocks, capacity=capacity, block_n=config["BLOCK_N"],
+                                 sms=arch.sms, kv_splits=0, ctas_per_sm=config["MIN_BLOCKS"], waves=config["waves"])
+    starts, chunk = planner.reference_plan(lengths, nodes, bounds)
+    assert result.ctas == row_blocks * starts[-1] and result.tiles_per_cta == chunk // config["BLOCK_N"]
+    assert result.kv_splits == max(b - a for a, b in zip(starts, starts[1:])) > 1
