@@ -33,10 +33,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
+from . import planner
 from .arch import load_arch
 from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE,
                            DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, complete_config, copy_rows, cta_barrier,
                            pool_rows, unsupported_reason)
+from .split_combine import launch_combine, partial_buffers
 
 # The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma_ws comes from gluon_common.
 __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRETABLE", "DEFAULT_CONFIG",
@@ -180,8 +182,6 @@ def _wgmma_verify_kernel(
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
     """Launch the wgmma kernel (and the shared combine when kv_splits > 1); ``out`` written in place."""
-    from .split_combine import fixed_plan, launch_combine, partial_buffers
-
     batch, tree_nodes, heads, head_dim = q.shape
     rows = tree_nodes * heads
     block_n, kv_splits = config["BLOCK_N"], config["kv_splits"]
@@ -202,7 +202,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         num_warps=NUM_WARPS,
     )
     if kv_splits > 1:
-        launch_combine(partial_out, partial_lse, fixed_plan(batch, kv_splits, out.device), out,
+        launch_combine(partial_out, partial_lse, planner.fixed_plan(batch, kv_splits, out.device), out,
                        batch * kv_splits, kv_splits)
 
 

@@ -23,6 +23,7 @@ Two rules fill it:
   SM busy until the end, and no partial last wave doubles the time;
 - fixed (``kv_splits`` = N > 0): N splits per request of ceil(capacity / N) positions (the block
   table's capacity), as before the planner; a tuned config that names a split count keeps it.
+A kernel that cuts its own splits (``gluon_wgmma``) hands the combine ``fixed_plan``: the same layout.
 """
 
 from __future__ import annotations
@@ -125,6 +126,12 @@ def _plan_kernel(PrefixLens, Plan, B, T, target_units, wave_units, fixed_chunk, 
     tl.store(Plan + 1 + b, ends, mask=valid)
     tl.store(Plan + b, ends - splits, mask=b == 0)
     tl.store(Plan + B + 1, chunk)
+
+
+def fixed_plan(batch: int, kv_splits: int, device) -> torch.Tensor:
+    """The plan of a kernel that launches ``kv_splits`` splits for every request itself (units
+    b * kv_splits + s; ``gluon_wgmma``): what the combine reads of it, chunk unused."""
+    return torch.arange(0, (batch + 2) * kv_splits, kv_splits, dtype=torch.int32, device=device)
 
 
 def make_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds: PlanBounds) -> torch.Tensor:

@@ -58,12 +58,6 @@ def partial_buffers(out: torch.Tensor, max_units: int) -> tuple[torch.Tensor, to
             torch.empty(rows, dtype=torch.float32, device=out.device))
 
 
-def fixed_plan(batch: int, kv_splits: int, device) -> torch.Tensor:
-    """The plan of a kernel that launches ``kv_splits`` splits for every request (units b * kv_splits + s):
-    what the combine needs of it (verify_kernels/planner.py's layout, chunk unused)."""
-    return torch.arange(0, (batch + 2) * kv_splits, kv_splits, dtype=torch.int32, device=device)
-
-
 def launch_combine(partial_out, partial_lse, plan: torch.Tensor, out: torch.Tensor, max_units: int,
                    max_splits: int) -> None:
     """``out`` [B, T, H, v_dim] from the partial outputs of the plan's units (natural-log LSEs);

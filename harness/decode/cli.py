@@ -47,6 +47,12 @@ def cmd_decode_report(args) -> int:
     return 0
 
 
+def cmd_tune_gemm(args) -> int:
+    from harness.decode.tune_gemm import run
+
+    return run(args)
+
+
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     decode = sub.add_parser("decode", help="DDTree decode loop on an MLA model: step phases, tokens/s, lossless check")
@@ -80,7 +86,7 @@ def add_commands(sub) -> None:
                         help="torch.compile each layer's two halves around attention (fuses norms, RoPE, SwiGLU)")
     decode.add_argument("--gemm", choices=["cublas", "splitk"], default="cublas",
                         help="the layers' weight GEMMs: cuBLAS, or the split-K Triton kernel (harness/decode/splitk_linear.py)")
-    decode.add_argument("--gemm-table", type=Path, help="split-K configs (JSON from scripts/tune_splitk.py; default: "
+    decode.add_argument("--gemm-table", type=Path, help="split-K configs (JSON from vk tune-gemm; default: "
                         "results/tuned/splitk-linear-SKU.json for this GPU if present, else built-in defaults)")
     decode.add_argument("--pdl", action="store_true",
                         help="programmatic dependent launches between the compiled layers' kernels and the split-K "
@@ -115,3 +121,15 @@ def add_commands(sub) -> None:
     decode_report.add_argument("--out-dir", type=output_dir, default=results_dir() / "decode", help="where the table and plots go")
     decode_report.add_argument("--name", default="decode", help="file-name stem of the table and plots")
     decode_report.set_defaults(func=cmd_decode_report)
+
+    tune_gemm = sub.add_parser("tune-gemm", help="tune the decode model's split-K weight GEMMs beside cuBLAS (GPU)")
+    tune_gemm.add_argument("--preset", default="k2-tp8", choices=["tiny", "k2-tp8"], help="the model whose weight GEMMs are tuned")
+    tune_gemm.add_argument("--rows", type=int_list_in(1, 1024), default=[64, 1, 32],
+                           help="row counts M (one per BLOCK_M), in order")
+    tune_gemm.add_argument("--shapes", nargs="+", help="a subset of the weight GEMMs (default: all five)")
+    tune_gemm.add_argument("--table", type=output_file, required=True, help="winners JSON (read by vk decode --gemm-table)")
+    tune_gemm.add_argument("--out", type=output_file, required=True, help="JSONL records, one per (shape, M)")
+    tune_gemm.add_argument("--pdl", action="store_true",
+                           help="tune the programmatic-dependent-launch build (what vk decode --pdl runs)")
+    tune_gemm.add_argument("--no-progress", action="store_true")
+    tune_gemm.set_defaults(func=cmd_tune_gemm)

@@ -12,7 +12,7 @@ bandwidth on the H200, with a separate split-K reduction kernel for two of them.
   y's tile in x's dtype and resets the counter for the next call (CUDA-graph replays included).
 The partials stay in L2 (splits * M * N * 4 bytes, a few MB); only the weights stream from HBM.
 
-Per shape, the tile and split configuration comes from a tuned table (``scripts/tune_splitk.py``,
+Per shape, the tile and split configuration comes from a tuned table (``vk tune-gemm``,
 stored with provenance under results/tuned/) or a default that fills the SMs. The op
 ``splitk_linear`` falls back to ``x @ w.T`` off the GPU, for M > 64 and for dtypes other than
 bf16/fp16.
@@ -213,7 +213,7 @@ def kernel_spec(config: SplitKConfig, block_m: int, N: int, K: int, pdl: bool = 
 
 class SplitKTable:
     """Configs per (BLOCK_M, N, K) from a tuned JSON file ({"configs": [{"block_m", "n", "k",
-    "config"}, ...]}, as scripts/tune_splitk.py writes it); ``default_config`` for the others."""
+    "config"}, ...]}, as vk tune-gemm writes it); ``default_config`` for the others."""
 
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else None
@@ -229,7 +229,7 @@ class SplitKTable:
 
 
 def tuned_table_path(gpu_sku: str) -> Path:
-    """Where scripts/tune_splitk.py stores the table for a GPU (results/tuned/splitk-linear-SKU.json)."""
+    """Where vk tune-gemm stores the table for a GPU (results/tuned/splitk-linear-SKU.json)."""
     from harness.measure.paths import results_dir
 
     return results_dir() / "tuned" / f"splitk-linear-{gpu_sku}.json"

@@ -29,6 +29,7 @@ from harness.measure.inputs import InputError
 HEARTBEAT_S = 30
 GRACE_S = 120
 CONNECT_TIMEOUT_S = 10
+SQLITE_BUSY_TIMEOUT_S = 120  # many workers on one SQLite file on a loaded machine queue for its write lock
 CREATE_ATTEMPTS = 5
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql")
 
@@ -94,6 +95,8 @@ def open_storage(url: str, *, must_exist: bool = False):
     engine_kwargs = {}
     if _scheme(url) in ("postgresql", "mysql"):
         engine_kwargs = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}, "pool_pre_ping": True}
+    elif _scheme(url) == "sqlite":  # a writer waits for another's lock instead of failing after sqlite3's 5 s
+        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
     sqlite = _sqlite_path(url)
     lock = None
     if sqlite is not None:

@@ -59,6 +59,10 @@ CASES = [
     (("tune", "--winners", UNWRITABLE), "--winners"),
     (("tune-quality", "--storage", "sqlite:///x.db", "--study", "s", "--plot", UNWRITABLE), "--plot"),
     (("index", "--out", UNWRITABLE), "--out"),
+    (("tune-gemm", "--table", UNWRITABLE, "--out", "o.jsonl"), "--table"),
+    (("tune-gemm", "--table", "t.json", "--out", "."), "--out"),
+    (("tune-gemm", "--table", "t.json", "--out", "o.jsonl", "--rows", "0,16"), "--rows"),
+    (("tune-gemm", "--table", "t.json", "--out", "o.jsonl", "--preset", "k3"), "--preset"),
     # records files: empty, truncated, not JSONL, not records, of the wrong kind, a folder, missing
     (("report", "empty.jsonl"), "empty.jsonl"),
     (("report", "truncated.jsonl"), "truncated.jsonl:2"),

@@ -16,13 +16,13 @@ Writes (appending each shape's record as it finishes, so a killed run keeps what
 - --table JSON: the winners, which ``SplitKTable`` reads (with the kernel source hash, the
   environment and this command as provenance).
 
-Usage (repository root, on the GPU): python scripts/tune_splitk.py --preset k2-tp8 --rows 64,1,32 \
+Usage (on the GPU): vk tune-gemm --preset k2-tp8 --rows 64,1,32 \
     --table results/tuned/splitk-linear-nvidia-h200.json --out results/bench/splitk-linear-nvidia-h200.jsonl
+(``scripts/tune_splitk.py`` until 2026-12-04; its records name that command.)
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 from pathlib import Path
@@ -31,7 +31,6 @@ import torch
 from tabulate import tabulate
 from tqdm import tqdm
 
-from harness.arguments import int_list
 from harness.decode.model import PRESETS, weight_gemms
 from harness.measure.records import append_records, make_record
 from harness.measure.roofline import load_ceilings
@@ -47,7 +46,7 @@ SPLITS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
 
 def source_hash() -> str:
     """The provenance hash of the kernel's module (search_space.source_digest, as for the variants)."""
-    return source_digest([Path(__file__).resolve().parent.parent / "harness" / "splitk_linear.py"])
+    return source_digest([Path(__file__).resolve().parent / "splitk_linear.py"])
 
 
 def candidates(N: int, K: int, sms: int):
@@ -120,24 +119,15 @@ def tune_shape(name: str, N: int, K: int, M: int, sms: int, progress, pdl: bool)
     return row
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="k2-tp8", choices=sorted(PRESETS))
-    parser.add_argument("--rows", type=int_list, default=[64, 1, 32], help="row counts M (one per BLOCK_M), in order")
-    parser.add_argument("--shapes", nargs="+", help="a subset of the weight GEMMs (default: all five)")
-    parser.add_argument("--table", type=Path, required=True, help="winners JSON (read by SplitKTable)")
-    parser.add_argument("--out", type=Path, required=True, help="JSONL records, one per (shape, M)")
-    parser.add_argument("--pdl", action="store_true", help="tune the programmatic-dependent-launch build "
-                        "(what vk decode --pdl runs)")
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
+def run(args) -> int:
+    """``vk tune-gemm``: every weight GEMM of the preset at every row count, records and table as they finish."""
     if not torch.cuda.is_available():
-        parser.error("needs a CUDA GPU")
+        raise SystemExit("vk tune-gemm: needs a CUDA GPU")
     shapes = weight_gemms(PRESETS[args.preset])
     chosen = args.shapes or list(shapes)
     unknown = sorted(set(chosen) - set(shapes))
     if unknown:
-        parser.error(f"--shapes: unknown {unknown}; expected some of {list(shapes)}")
+        raise SystemExit(f"vk tune-gemm: --shapes: unknown {unknown}; expected some of {list(shapes)}")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     jobs = [(name, M) for M in args.rows for name in chosen]  # the first row count for every shape first
     total = sum(len(list(candidates(*shapes[name], sms))) for name, _ in jobs)
@@ -164,7 +154,3 @@ def main(argv=None) -> int:
                    headers=["gemm", "M", "N x K", "cuBLAS us", "split-K us", "speed-up", "split-K % copy BW",
                             "cuBLAS % copy BW", "config"]))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
