@@ -15,3 +15,11 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
 sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
 pack() { tar czf "$OUT/results.tgz" "${@:-results}"; }
+# One `vk bench` call the way the device scripts time side by side: chain trees (causal-only peers run them),
+# page 64, graph replay, 100 ms a point, resumable; records to OUT (JSONL), the table to OUT's .txt; cut at SECONDS.
+#   bench_chain SECONDS OUT [vk bench flags...]
+bench_chain() {
+  local seconds=$1 out=$2; shift 2
+  timeout -s INT -k 15 "$seconds" python3 -m harness bench --no-progress --resume --tree-kind chain --page-size 64 \
+    --mode graph --rep-ms 100 --out "$out" "$@" >> "${out%.jsonl}.txt" 2>&1
+}

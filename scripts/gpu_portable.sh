@@ -24,8 +24,7 @@ bench_shapes() {  # out proxy-flag... ; the rest of the flags per group
   for shape in "--prefix 32768,131072,185000 --tree 64 --heads 8" "--prefix 185000 --tree 256 --heads 8" \
                "--prefix 131072 --tree 16 --heads 8" "--prefix 65536 --tree 64 --heads 16" \
                "--prefix 32768 --tree 64 --heads 128" "--ragged 185000,4096,32768,131072 --tree 64 --heads 8"; do
-    timeout -s INT -k 15 "$(left)" python3 -m harness bench --no-progress --resume --tree-kind chain --page-size 64 \
-      --mode graph --rep-ms 100 --out "$out" $shape "$@" >> "${out%.jsonl}.txt" 2>&1
+    bench_chain "$(left)" "$out" $shape "$@"
   done
   tail -n 4 "${out%.jsonl}.txt"
 }

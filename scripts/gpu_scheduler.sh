@@ -20,10 +20,8 @@ records="results/bench/scheduler-$sku.jsonl"; mkdir -p results/bench results/rep
 ours="gluon_wgmma_ws cuda_ws triton_splitkv"
 peers="flash_mla flashinfer_fa3 flashinfer_fa2"
 bench() {  # the shape flags of one group of points
-  timeout -s INT -k 15 "$(left)" python3 -m harness bench --no-progress --resume --variants $ours --peers $peers \
-    --tree-kind chain --page-size 64 --mode graph --rep-ms 100 --out "$records" "$@" \
-    >> "results/bench/scheduler-$sku.txt" 2>&1
-  tail -n 3 "results/bench/scheduler-$sku.txt"
+  bench_chain "$(left)" "$records" --variants $ours --peers $peers "$@"
+  tail -n 3 "${records%.jsonl}.txt"
 }
 bench_shapes() {  # three ragged batches and five single requests (issue 33's table)
   bench --ragged 185000,4096,32768,131072 --tree 64 --heads 8
@@ -66,10 +64,8 @@ for item in "$@"; do
     waves)
       for shape in "--ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16" \
                    "--prefix 131072 --tree 16 --heads 8"; do
-        timeout -s INT -k 15 "$(left)" python3 -m harness bench --no-progress --resume --variants gluon_wgmma_ws \
-          triton_splitkv --peers --tree-kind chain --page-size 64 --mode graph --rep-ms 100 $shape \
-          --config '{"waves": 1}' --config '{"waves": 2}' --config '{"waves": 4}' \
-          --out "results/bench/scheduler-waves-$sku.jsonl" >> "results/bench/scheduler-waves-$sku.txt" 2>&1
+        bench_chain "$(left)" "results/bench/scheduler-waves-$sku.jsonl" --variants gluon_wgmma_ws triton_splitkv \
+          --peers $shape --config '{"waves": 1}' --config '{"waves": 2}' --config '{"waves": 4}'
       done
       tail -n 8 "results/bench/scheduler-waves-$sku.txt"; pack ;;
     report) python3 -m harness report "$records" --peers --title "The planner beside the peers ($sku)" \

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
-from harness.measure.environment import git_commit
+from harness.measure.environment import command_line, git_commit
 from verify_kernels import variants
 from verify_kernels.arch import Arch
 from .fit import blocks_per_sm, config_key, predicted_ms
@@ -123,8 +122,8 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
 
     from harness.static.space import static_feasibility
     # What reproduces these records: the command and the checkout's commit (taken before anything is written).
-    provenance = {"command": "vk " + " ".join(sys.argv[1:]) if sys.argv[0].endswith(("vk", "__main__.py")) else None,
-                  "git_commit": git_commit()["commit"], "git_dirty": git_commit()["dirty"]}
+    checkout = git_commit()
+    provenance = {"command": command_line(), "git_commit": checkout["commit"], "git_dirty": checkout["dirty"]}
     feasible = [c.config for c in static_feasibility(variant, arch_name, progress=False) if c.feasible]
     default = variants.defaults_for(variants.load_variant(variant), arch_name)
     blocks = [blocks_per_sm(variant, arch_name, config) for config in feasible]

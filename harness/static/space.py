@@ -101,8 +101,9 @@ def candidates(variant: str, arch: str) -> list[Candidate]:
     result = []
     for values in itertools.product(*(space["tunables"][n] for n in names)):
         config = dict(zip(names, values))
-        problems = variants.optional(module, "config_problems")({**defaults, **config})
-        smem = smem_bytes({**defaults, **config}) if smem_bytes and not problems else 0
+        full = {**defaults, **config}  # what the kernel compiles: the tunables over the arch's defaults
+        problems = variants.optional(module, "config_problems")(full)
+        smem = smem_bytes(full) if smem_bytes and not problems else 0
         limits = {"smem_bytes": smem, "smem_per_block": record.smem_per_block_bytes,
                   "smem_per_sm": record.smem_per_sm_kb * 1024}
         reason = (arch_problem or _violated(rules, config, limits) or "; ".join(problems)
