@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vk {args.command}: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"vk {args.command}: interrupted (what was written stays; the same command resumes where it can)",
-              file=sys.stderr)
+        print(f"vk {args.command}: interrupted (what was written stays; vk bench and vk check carry on with --resume, "
+              "vk tune from its storage)", file=sys.stderr)
         return 130
 
 

@@ -15,18 +15,36 @@ from harness.bench.cases import Case, CaseResult, check_matrix, run_case
 from harness.measure import counters as ncu_counters
 
 
-def run_check(variant_names: list[str], cases: list[Case], *, device: str, progress: bool = True,
-              counters: bool = False, profile=ncu_counters.profile) -> list[CaseResult]:
-    """Run each variant on each case at each (page size, config) it is checked at; results in order.
-    ``counters`` (CUDA only): each passed case is profiled once more under ncu, in a separate process."""
-    jobs = [(name, case, page_size, config) for name in variant_names
+def check_jobs(variant_names: list[str], cases: list[Case]) -> list[tuple[str, Case, int, dict]]:
+    """(variant, case, page size, config) for each variant, each (page size, config) it is checked at
+    and each case, in the order they run."""
+    return [(name, case, page_size, config or {}) for name in variant_names
             for page_size, config in check_matrix(name) for case in cases]
+
+
+def job_key(variant: str, case: str, page_size: int, config: dict) -> tuple:
+    """What tells one check job from another, in a job and in its record (``vk check --resume``)."""
+    return variant, case, int(page_size), json.dumps(config or {}, sort_keys=True)
+
+
+def recorded_jobs(records: list[dict]) -> set[tuple]:
+    """The jobs ``records`` already hold a result for (pass, fail or skip)."""
+    return {job_key(r["variant"], r["case"], r["page_size"], r.get("config") or {}) for r in records}
+
+
+def run_check(jobs: list[tuple[str, Case, int, dict]], *, device: str, progress: bool = True,
+              counters: bool = False, profile=ncu_counters.profile, on_result=None) -> list[CaseResult]:
+    """Run each job of ``check_jobs``; results in order, each also handed to ``on_result`` as it ends
+    (the CLI appends its record there, so a run cut short keeps what it finished).
+    ``counters`` (CUDA only): each passed case is profiled once more under ncu, in a separate process."""
     results = []
     for name, case, page_size, config in tqdm(jobs, desc="vk check", unit="case", disable=not progress):
         result = run_case(name, case, device=device, page_size=page_size, config=config or None)
         if counters and device == "cuda" and result.passed:
-            result.counters = profile(case_argv(name, case, page_size, config or {}))
+            result.counters = profile(case_argv(name, case, page_size, config))
         results.append(result)
+        if on_result is not None:
+            on_result(result)
     return results
 
 

@@ -25,7 +25,7 @@ def cmd_check(args) -> int:
         # Must be set before any Triton kernel module is imported (variants import lazily).
         os.environ["TRITON_INTERPRET"] = "1"
     from harness.bench.cases import cpu_cases, gpu_cases
-    from harness.bench.check import all_variants, format_table, run_check, summary
+    from harness.bench.check import all_variants, check_jobs, format_table, job_key, recorded_jobs, run_check, summary
     from harness.measure.environment import gpu_sku
     from harness.measure.records import append_records, make_record
 
@@ -43,9 +43,17 @@ def cmd_check(args) -> int:
               "on small shapes (the CPU case matrix).", file=sys.stderr)
     if args.counters and device != "cuda":
         raise SystemExit("vk check: --counters: needs a CUDA GPU (ncu profiles the kernels there)")
-    results = run_check(names, cases, device=device, progress=not args.no_progress, counters=args.counters)
     out = args.out or results_dir() / "check" / f"{gpu_sku() if device == 'cuda' else 'cpu'}.jsonl"
-    append_records(out, [make_record("check", r.as_record()) for r in results])
+    jobs = check_jobs(names, cases)
+    if args.resume and Path(out).exists():
+        from harness.measure.records import read_records
+
+        done = recorded_jobs(read_records(out, "check", flag="--out"))
+        left = [job for job in jobs if job_key(job[0], job[1].name, job[2], job[3]) not in done]
+        print(f"vk check: --resume: {len(jobs) - len(left)} cases already in {out}, {len(left)} to run", file=sys.stderr)
+        jobs = left
+    results = run_check(jobs, device=device, progress=not args.no_progress, counters=args.counters,
+                        on_result=lambda r: append_records(out, [make_record("check", r.as_record())]))
     if args.json:
         print(json.dumps([r.as_record() for r in results], indent=1))
     else:
@@ -182,6 +190,8 @@ def add_commands(sub) -> None:
     check.add_argument("--counters", action="store_true",
                        help="also profile each passed case once under ncu (a separate process): the record gets "
                             "tensor-pipe %%, DRAM %%, L2 hit rate, shared-memory pipe %%, occupancy, top stalls")
+    check.add_argument("--resume", action="store_true",
+                       help="skip the cases --out already holds a record of (each record is written as its case ends)")
     check.add_argument("--no-progress", action="store_true")
     check.set_defaults(func=cmd_check)
 

@@ -54,8 +54,8 @@ def test_check_counters_profile_each_passed_case_apart(monkeypatch):
     def profile(argv):
         seen.append(json.loads(argv[3]))
         return {"status": "ok", "tensor_pipe_pct": 12.5}
-    results = check.run_check(["triton_splitkv"], cases, device="cuda", progress=False, counters=True,
-                              profile=profile)
+    results = check.run_check(check.check_jobs(["triton_splitkv"], cases), device="cuda", progress=False,
+                              counters=True, profile=profile)
     assert [r.counters for r in results] == [{"status": "ok", "tensor_pipe_pct": 12.5}, None]
     assert seen == [{"case": {"name": "page_edge", "prefix_lens": [64], "tree_nodes": 33, "heads": 2, "tree": "random",
                               "dtype": "bfloat16", "q_scale": 1.0, "seed": 0}, "variant": "triton_splitkv",
@@ -69,3 +69,31 @@ def test_check_counters_needs_a_gpu():
                                 "--quick", "--no-progress"], capture_output=True, text=True)
     assert completed.returncode == 2 and "--counters: needs a CUDA GPU" in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+def test_check_keeps_each_record_and_resumes(monkeypatch, tmp_path, capsys):
+    """A check cut short keeps the records of the cases it finished; --resume runs only the rest."""
+    from harness import cli
+    from harness.bench import check
+    from harness.bench.cases import CaseResult
+
+    ran = []
+
+    def run_case(name, case, *, device, page_size, config=None):
+        if len(ran) == 2 and not resumed:
+            raise KeyboardInterrupt
+        ran.append((case.name, page_size))
+        return CaseResult(name, case.name, "", page_size, 1e-3, 0.01, "pass", config=dict(config or {}))
+    monkeypatch.setattr(check, "run_case", run_case)
+    monkeypatch.setattr(check, "check_matrix", lambda name: [(16, {}), (64, {"BLOCK_N": 32})])
+    out = tmp_path / "check.jsonl"
+    argv = ["check", "--device", "cpu", "--quick", "--variants", "triton_ps1", "--cases", "prefix_0", "page_edge",
+            "--no-progress", "--out", str(out)]
+    resumed = False
+    assert cli.main(argv) == 130
+    assert [(r["case"], r["page_size"]) for r in records.read_records(out)] == ran == [("prefix_0", 16), ("page_edge", 16)]
+    resumed, ran[:] = True, []
+    assert cli.main([*argv, "--resume"]) == 0
+    assert ran == [("prefix_0", 64), ("page_edge", 64)]
+    assert "--resume: 2 cases already in" in capsys.readouterr().err
+    assert len(records.read_records(out)) == 4
