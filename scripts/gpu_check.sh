@@ -12,9 +12,9 @@ rm -f "results/check/$sku.jsonl"
 python3 -m harness check --no-progress --out "results/check/$sku.jsonl" > "results/check/$sku.txt" 2>&1
 tail -n 1 "results/check/$sku.txt"; pack
 # compute-sanitizer on every GPU variant's small adversarial shapes (scripts/sanitize_variants.py);
-# the verify kernels only (kns=verify: their names hold "verify"), not torch's nor the combine.
+# the verify kernels only, but initcheck every kernel (gpu_env.sh: sanitizer_only).
 for tool in memcheck racecheck synccheck initcheck; do
-  timeout 150 compute-sanitizer --tool $tool --kernel-name kns=verify python3 scripts/sanitize_variants.py \
+  timeout 150 compute-sanitizer --tool $tool $(sanitizer_only $tool) python3 scripts/sanitize_variants.py \
     > "results/sanitizer/$tool-$sku.txt" 2>&1
   echo "$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "results/sanitizer/$tool-$sku.txt" | tail -n 1)" \
     "$(grep -c " ok$" "results/sanitizer/$tool-$sku.txt") ok, $(grep -c FAIL "results/sanitizer/$tool-$sku.txt") FAIL"

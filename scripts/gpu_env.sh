@@ -23,3 +23,7 @@ bench_chain() {
   timeout -s INT -k 15 "$seconds" python3 -m harness bench --no-progress --resume --tree-kind chain --page-size 64 \
     --mode graph --rep-ms 100 --out "$out" "$@" >> "${out%.jsonl}.txt" 2>&1
 }
+# compute-sanitizer's kernel filter for TOOL: the verify kernels only (their names hold "verify"), but initcheck
+# instruments every kernel: it counts memory as written only by kernels it instruments, and the plan the
+# verify kernels read is written by the planner's Triton kernel.   compute-sanitizer --tool T $(sanitizer_only T) ...
+sanitizer_only() { [ "$1" = initcheck ] || echo "--kernel-name kns=verify"; }

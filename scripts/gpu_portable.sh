@@ -3,9 +3,10 @@
 # packed into $OUT as it ends:
 #   test      its oracle suite, the planner's graph-replay test and the layout property test
 #                                                               -> results/check/portable-test-<gpu>.log
-#   sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck of cuda_qreg (its sm_90 and
-#             sm_120 defaults), memcheck of the kernels the planner changed (cuda_ws, gluon_wgmma_ws,
-#             triton_splitkv)                      -> results/sanitizer/variants/<tool>-<name>-<gpu>.txt
+#   sanitize  compute-sanitizer memcheck, racecheck, synccheck and initcheck (every kernel instrumented:
+#             the plan is a Triton kernel's) of cuda_qreg (its sm_90 and sm_120 defaults), memcheck of the
+#             kernels the planner changed (cuda_ws, gluon_wgmma_ws, triton_splitkv)
+#                                                  -> results/sanitizer/variants/<tool>-<name>-<gpu>.txt
 #   bench     issue 34's shapes: cuda_qreg and cuda_ws with their sm_90 defaults beside FlashInfer fa2
 #             and FlashMLA (chain trees, graph replay, L2 flushed)    -> results/bench/portable-<gpu>.jsonl
 #   proxy     the same shapes with each kernel's sm_120 default, marked proxy_for sm_120
@@ -49,8 +50,8 @@ for item in "$@"; do
         tool=${run%%:*}; rest=${run#*:}; name=${rest%%:*}; config=${rest#*:}
         log="results/sanitizer/variants/$tool-$name-$sku.txt"
         { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
-          echo "command: compute-sanitizer --tool $tool --kernel-name kns=verify python3 scripts/sanitize_variants.py ${name%-sm120} --config '$config'"; } > "$log"
-        timeout -k 5 "$(( $(left) < 150 ? $(left) : 150 ))" compute-sanitizer --tool "$tool" --kernel-name kns=verify \
+          echo "command: compute-sanitizer --tool $tool $(sanitizer_only "$tool") python3 scripts/sanitize_variants.py ${name%-sm120} --config '$config'"; } > "$log"
+        timeout -k 5 "$(( $(left) < 150 ? $(left) : 150 ))" compute-sanitizer --tool "$tool" $(sanitizer_only "$tool") \
           python3 scripts/sanitize_variants.py "${name%-sm120}" --config "$config" >> "$log" 2>&1
         echo "$tool $name: rc=$? $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) ok=$(grep -c ' ok$' "$log")"
       done; pack ;;

@@ -30,10 +30,10 @@ summary() {  # tool log: one line
   echo "$1 $(basename "$2" "-$sku.txt"): rc=$3 $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$2" | tail -n 1 | \
     sed 's/=* //') ok=$(grep -c ' ok$' "$2")"
 }
-sanitize() {  # tool label seconds target...: compute-sanitizer on the verify kernels of the targets
+sanitize() {  # tool label seconds target...: compute-sanitizer on the verify kernels of the targets (gpu_env.sh)
   local tool=$1 label=$2 seconds=$3; shift 3
   local log="$dir/$tool-$label-$sku.txt"
-  timeout "$seconds" compute-sanitizer --tool "$tool" --kernel-name kns=verify \
+  timeout "$seconds" compute-sanitizer --tool "$tool" $(sanitizer_only "$tool") \
     python3 scripts/sanitize_variants.py "$@" > "$log" 2>&1
   summary "$tool" "$log" $?
 }
