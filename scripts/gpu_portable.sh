@@ -9,6 +9,8 @@
 #                                                  -> results/sanitizer/variants/<tool>-<name>-<gpu>.txt
 #   bench     issue 34's shapes: cuda_qreg and cuda_ws with their sm_90 defaults beside FlashInfer fa2
 #             and FlashMLA (chain trees, graph replay, L2 flushed)    -> results/bench/portable-<gpu>.jsonl
+#   pipeline  cuda_qreg's two phase orders (PIPELINE 0 and 1) side by side at its sm_90 default and, as the
+#             sm_120 proxy, at its sm_120 default                  -> results/bench/qreg-pipeline-<gpu>.jsonl
 #   proxy     the same shapes with each kernel's sm_120 default, marked proxy_for sm_120
 #                                                        -> results/bench/portable-proxy-sm120-<gpu>.jsonl
 #   ncu       counters of one call at 131072 / 64 / 8, both defaults   -> results/ncu/cuda_qreg-*-<gpu>.txt
@@ -58,6 +60,17 @@ for item in "$@"; do
     bench)
       bench_shapes "results/bench/portable-$sku.jsonl" --variants cuda_qreg cuda_ws --peers flashinfer_fa2 flash_mla
       pack ;;
+    pipeline)
+      out="results/bench/qreg-pipeline-$sku.jsonl"
+      for arch in sm_90 sm_120; do
+        off=$(default cuda_qreg $arch); on=${off/\"PIPELINE\": 0/\"PIPELINE\": 1}; proxy=()
+        [ $arch = sm_120 ] && proxy=(--proxy-for sm_120)
+        for shape in "--prefix 32768,131072,185000 --tree 64 --heads 8" "--prefix 131072 --tree 16 --heads 8" \
+                     "--prefix 32768 --tree 64 --heads 128"; do
+          bench_chain "$(left)" "$out" $shape --variants cuda_qreg --peers "${proxy[@]}" --config "$off" --config "$on"
+        done
+      done
+      tail -n 8 "${out%.jsonl}.txt"; pack ;;
     proxy)
       out="results/bench/portable-proxy-sm120-$sku.jsonl"
       for variant in cuda_qreg cuda_ws; do

@@ -13,6 +13,9 @@ registers fit an SM. The KV is cut by the planner (planner.py) and merged by the
 - ``WARPS_M``: row groups per CTA (rows per CTA = 32 WARPS_M);
 - ``BLOCK_N``: KV tokens per tile; ``STAGES``: slots in the ring;
 - ``MIN_BLOCKS``: CTAs per SM the register allocation is bounded for;
+- ``PIPELINE``: 1 runs tile i's P V between the barriers of tile i + 1's softmax (two P buffers, a warp
+  holding two ring slots), so each warp has HMMAs to issue while the softmax waits; 0 runs the phases
+  in turn (notes/2026-12-04-cuda-qreg-measured.md: two warps per scheduler, latency-bound);
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
   ``waves``: the most waves of units the planner may cut a badly balanced batch into.
 
@@ -41,20 +44,24 @@ HEAD_DIM, V_DIM = 576, 512
 DIM_WARPS, GROUP_ROWS = 4, 32
 ROW_PITCH = HEAD_DIM + 8
 BARRIER_BYTES = 128
-MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
+MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS", "PIPELINE")
 # Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
 # compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
 DEFAULT_CONFIGS = {
-    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
-    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
+    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "PIPELINE": 0, "kv_splits": 0, "waves": 2},
+    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "PIPELINE": 0, "kv_splits": 0, "waves": 2},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
-# One and two row groups, 16- and 32-token tiles, two-slot rings, two CTAs per SM, fixed splits.
+# One and two row groups, 16- and 32-token tiles, two-slot rings, two CTAs per SM, fixed splits, both
+# phase orders (PIPELINE with one-tile and multi-tile units, two slots and three).
 CHECK_CONFIGS = (
     {**DEFAULT_CONFIGS["sm_120"], "kv_splits": 3},
     {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0},
     {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 2, "kv_splits": 5},
     {"WARPS_M": 1, "BLOCK_N": 16, "STAGES": 3, "kv_splits": 1},
+    {**DEFAULT_CONFIGS["sm_120"], "PIPELINE": 1},
+    {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 2, "PIPELINE": 1, "kv_splits": 7},
+    {"WARPS_M": 1, "BLOCK_N": 64, "STAGES": 2, "PIPELINE": 1, "kv_splits": 0},
 )
 
 
@@ -68,20 +75,24 @@ def threads(config: dict) -> int:
 
 def smem_bytes(config: dict) -> int:
     """Dynamic shared memory per CTA: mbarriers and slot counters, the KV ring, every warp's fp32
-    partial S, P, and one float per row (the rescale factor, then 1 / l)."""
+    partial S, P, and one float per row (the rescale factor, then 1 / l); P and the floats twice with
+    PIPELINE."""
     rows, block_n = rows_per_cta(config), config["BLOCK_N"]
     ring = 2 * config["STAGES"] * block_n * ROW_PITCH
     partial_s = 4 * DIM_WARPS * rows * (block_n + 8)
-    return BARRIER_BYTES + ring + partial_s + 2 * rows * (block_n + 8) + 4 * rows
+    return BARRIER_BYTES + ring + partial_s + (1 + config["PIPELINE"]) * (2 * rows * (block_n + 8) + 4 * rows)
 
 
 def config_problems(config: dict) -> list[str]:
     """Structural rules of the kernel's static_asserts (registers and spills are the static model's)."""
-    values = [config[k] for k in MACROS]
+    sizes = MACROS[:4]
+    values = [config[k] for k in sizes]
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-        return [f"{', '.join(MACROS)} must be positive ints, got {dict(zip(MACROS, values))}"]
+        return [f"{', '.join(sizes)} must be positive ints, got {dict(zip(sizes, values))}"]
     warps_m, block_n, stages, min_blocks = values
     problems = []
+    if config["PIPELINE"] not in (0, 1) or isinstance(config["PIPELINE"], bool):
+        problems.append(f"PIPELINE must be 0 or 1, got {config['PIPELINE']!r}")
     if block_n not in (16, 32, 64):
         problems.append(f"BLOCK_N must be 16, 32 or 64, got {block_n}")
     if not 2 <= stages <= 10:

@@ -38,6 +38,9 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
 #endif
+#ifndef PIPELINE
+#define PIPELINE 0
+#endif
 #include "mma_sync.cuh"
 #include "kv_ring.cuh"
 
@@ -57,11 +60,13 @@ constexpr int PITCH = D + 8;
 constexpr int S_PITCH = BLOCK_N + 8;
 constexpr int P_PITCH = BLOCK_N + 8;
 constexpr int BARRIER_BYTES = 128;  // STAGES mbarriers and STAGES counters, padded
+constexpr int P_BUFFERS = PIPELINE ? 2 : 1;
 #define NEG_INF __int_as_float(0xff800000)
 #define LN2 0.6931471805599453f
 
 static_assert(BLOCK_N == 16 || BLOCK_N == 32 || BLOCK_N == 64, "BLOCK_N: 16, 32 or 64");
 static_assert(STAGES >= 2 && STAGES * 12 <= BARRIER_BYTES, "STAGES: 2 .. 10");
+static_assert(PIPELINE == 0 || PIPELINE == 1, "PIPELINE: 0 or 1");
 static_assert(WARPS_M >= 1 && WARPS_M <= 14, "named barriers: 1 .. WARPS_M for the row groups");
 
 __device__ __forceinline__ void row_group_sync(int wm) {
@@ -84,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   elem_t* ring = reinterpret_cast<elem_t*>(smem_raw + BARRIER_BYTES);
   float* s_part = reinterpret_cast<float*>(ring + STAGES * BLOCK_N * PITCH);
   elem_t* p_s = reinterpret_cast<elem_t*>(s_part + WARPS_M * DIM_WARPS * GROUP_ROWS * S_PITCH);
-  float* row_scale = reinterpret_cast<float*>(p_s + ROWS * P_PITCH);  // alpha per tile, then 1 / l
+  float* row_scale = reinterpret_cast<float*>(p_s + P_BUFFERS * ROWS * P_PITCH);  // alpha per tile, then 1 / l
 
   PlanUnit u;
   if (!plan_unit(plan, batch, prefix_lens, tree_nodes, blockIdx.y, u)) return;
@@ -149,17 +154,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   float m_run = NEG_INF, l_run = 0.f;  // this lane's share of the row sum
   float* my_part = s_part + (wm * DIM_WARPS + wn) * GROUP_ROWS * S_PITCH;
   const float* group_parts = s_part + wm * DIM_WARPS * GROUP_ROWS * S_PITCH;
-  elem_t* group_p = p_s + wm * GROUP_ROWS * P_PITCH;
-  float* group_scale = row_scale + wm * GROUP_ROWS;
+  // P and the rescale factors: one buffer, or two alternating with PIPELINE (tile i's in buffer i % 2).
+  auto group_p = [&](int tile) { return p_s + ((PIPELINE ? tile % 2 : 0) * ROWS + wm * GROUP_ROWS) * P_PITCH; };
+  auto group_scale = [&](int tile) { return row_scale + (PIPELINE ? tile % 2 : 0) * ROWS + wm * GROUP_ROWS; };
+  auto kv_tile = [&](int tile) -> const elem_t* { return ring + (tile % STAGES) * BLOCK_N * PITCH; };
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    const int slot = tile % STAGES;
-    mbar_wait(&full[slot], (tile / STAGES) & 1);
-    const elem_t* kv_tile = ring + slot * BLOCK_N * PITCH;
-    const int tile_start = start + tile * BLOCK_N;
-
-    // Partial S over this warp's 144 dims: 2 row tiles x BLOCK_N columns, 16 columns at a time (the
-    // accumulators of one 16-column chunk live beside O and Q; K is read once either way).
+  // Partial S of `tile` over this warp's 144 dims: 2 row tiles x BLOCK_N columns, 16 columns at a time
+  // (the accumulators of one 16-column chunk live beside O and Q; K is read once either way), stored
+  // fp32 in this warp's partial.
+  auto partial_s = [&](int tile) {
+    mbar_wait(&full[tile % STAGES], (tile / STAGES) & 1);
+    const elem_t* k_tile = kv_tile(tile);
 #pragma unroll
     for (int c = 0; c < BLOCK_N / 16; ++c) {
       float s[2][2][4];
@@ -170,7 +175,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
 #pragma unroll
       for (int k = 0; k < Q_KSTEPS; ++k) {
         unsigned kf[4];
-        ldmatrix_x4(kf, kv_tile + (c * 16 + (lane / 16) * 8 + (lane % 8)) * PITCH + (wn * Q_KSTEPS + k) * 16 +
+        ldmatrix_x4(kf, k_tile + (c * 16 + (lane / 16) * 8 + (lane % 8)) * PITCH + (wn * Q_KSTEPS + k) * 16 +
                             ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int rt = 0; rt < 2; ++rt) {
@@ -187,67 +192,73 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
           *reinterpret_cast<float2*>(row_g + 8 * S_PITCH) = make_float2(s[rt][j][2], s[rt][j][3]);
         }
     }
-    row_group_sync(wm);  // the group's partial S complete
+  };
 
-    // Softmax of the owned rows: S = the four partials summed in warp order; P and the rescale.
-    {
-      float v[OWN_SEGS][4];
+  // Softmax of the owned rows, in two steps so that P V can run between them: load_s sums the four
+  // partials in warp order (scaled to base 2); finish_softmax masks, keeps the running max and sum and
+  // writes P (bf16/fp16) and the rescale factor of `tile`.
+  auto load_s = [&](float (&v)[OWN_SEGS][4]) {
 #pragma unroll
-      for (int i = 0; i < OWN_SEGS; ++i) {
-        const int col = 4 * (t + 4 * i);
-        float4 sum = *reinterpret_cast<const float4*>(group_parts + own_row * S_PITCH + col);
+    for (int i = 0; i < OWN_SEGS; ++i) {
+      const int col = 4 * (t + 4 * i);
+      float4 sum = *reinterpret_cast<const float4*>(group_parts + own_row * S_PITCH + col);
 #pragma unroll
-        for (int w = 1; w < DIM_WARPS; ++w) {
-          const float4 part = *reinterpret_cast<const float4*>(group_parts + (w * GROUP_ROWS + own_row) * S_PITCH + col);
-          sum.x += part.x;
-          sum.y += part.y;
-          sum.z += part.z;
-          sum.w += part.w;
-        }
-        v[i][0] = sum.x * scale_log2;
-        v[i][1] = sum.y * scale_log2;
-        v[i][2] = sum.z * scale_log2;
-        v[i][3] = sum.w * scale_log2;
+      for (int w = 1; w < DIM_WARPS; ++w) {
+        const float4 part = *reinterpret_cast<const float4*>(group_parts + (w * GROUP_ROWS + own_row) * S_PITCH + col);
+        sum.x += part.x;
+        sum.y += part.y;
+        sum.z += part.z;
+        sum.w += part.w;
       }
-      float tile_max = NEG_INF;
-      const bool needs_mask = tile_start + BLOCK_N > prefix_len;  // the tile reaches the tree or the end
-#pragma unroll
-      for (int i = 0; i < OWN_SEGS; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (needs_mask) {
-            const int pos = tile_start + 4 * (t + 4 * i) + e;
-            bool visible = pos < seq_len;
-            if (visible && pos >= prefix_len && own_r < num_rows) {
-              const int col = pos - prefix_len;
-              visible = (own_mask[col / 32] >> (col % 32)) & 1;
-            }
-            if (!visible) v[i][e] = NEG_INF;
-          }
-          tile_max = fmaxf(tile_max, v[i][e]);
-        }
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
-      const float m_new = fmaxf(m_run, tile_max);
-      const float m_safe = m_new == NEG_INF ? 0.f : m_new;  // nothing visible yet: keep exp2 finite
-      const float alpha = exp2f(m_run - m_safe);
-      m_run = m_new;
-      l_run *= alpha;
-#pragma unroll
-      for (int i = 0; i < OWN_SEGS; ++i) {
-        const float p0 = exp2f(v[i][0] - m_safe), p1 = exp2f(v[i][1] - m_safe);
-        const float p2 = exp2f(v[i][2] - m_safe), p3 = exp2f(v[i][3] - m_safe);
-        l_run += (p0 + p1) + (p2 + p3);
-        *reinterpret_cast<uint2*>(group_p + own_row * P_PITCH + 4 * (t + 4 * i)) = make_uint2(pack2(p0, p1), pack2(p2, p3));
-      }
-      if (t == 0) group_scale[own_row] = alpha;
+      v[i][0] = sum.x * scale_log2;
+      v[i][1] = sum.y * scale_log2;
+      v[i][2] = sum.z * scale_log2;
+      v[i][3] = sum.w * scale_log2;
     }
-    row_group_sync(wm);  // P and the rescale factors of the group's rows complete
+  };
+  auto finish_softmax = [&](float (&v)[OWN_SEGS][4], int tile) {
+    const int tile_start = start + tile * BLOCK_N;
+    float tile_max = NEG_INF;
+    const bool needs_mask = tile_start + BLOCK_N > prefix_len;  // the tile reaches the tree or the end
+#pragma unroll
+    for (int i = 0; i < OWN_SEGS; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (needs_mask) {
+          const int pos = tile_start + 4 * (t + 4 * i) + e;
+          bool visible = pos < seq_len;
+          if (visible && pos >= prefix_len && own_r < num_rows) {
+            const int col = pos - prefix_len;
+            visible = (own_mask[col / 32] >> (col % 32)) & 1;
+          }
+          if (!visible) v[i][e] = NEG_INF;
+        }
+        tile_max = fmaxf(tile_max, v[i][e]);
+      }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffff, tile_max, 2));
+    const float m_new = fmaxf(m_run, tile_max);
+    const float m_safe = m_new == NEG_INF ? 0.f : m_new;  // nothing visible yet: keep exp2 finite
+    const float alpha = exp2f(m_run - m_safe);
+    m_run = m_new;
+    l_run *= alpha;
+    elem_t* p_out = group_p(tile);
+#pragma unroll
+    for (int i = 0; i < OWN_SEGS; ++i) {
+      const float p0 = exp2f(v[i][0] - m_safe), p1 = exp2f(v[i][1] - m_safe);
+      const float p2 = exp2f(v[i][2] - m_safe), p3 = exp2f(v[i][3] - m_safe);
+      l_run += (p0 + p1) + (p2 + p3);
+      *reinterpret_cast<uint2*>(p_out + own_row * P_PITCH + 4 * (t + 4 * i)) = make_uint2(pack2(p0, p1), pack2(p2, p3));
+    }
+    if (t == 0) group_scale(tile)[own_row] = alpha;
+  };
 
-    // O = O * alpha + P V over this warp's 128 output columns.
+  // O = O * alpha + P V over this warp's 128 output columns: rescale, then one 16-token step of P V.
+  auto rescale_o = [&](int tile) {
+    const float* scale = group_scale(tile);
 #pragma unroll
     for (int rt = 0; rt < 2; ++rt) {
-      const float a0 = group_scale[rt * 16 + g], a1 = group_scale[rt * 16 + g + 8];
+      const float a0 = scale[rt * 16 + g], a1 = scale[rt * 16 + g + 8];
 #pragma unroll
       for (int j = 0; j < O_NTILES; ++j) {
         acc[rt][j][0] *= a0;
@@ -256,46 +267,92 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
         acc[rt][j][3] *= a1;
       }
     }
+  };
+  auto pv_step = [&](int tile, int kk) {
+    const elem_t* p_in = group_p(tile);
+    const elem_t* v_tile = kv_tile(tile);
+    unsigned pf[2][4];
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-      unsigned pf[2][4];
+    for (int rt = 0; rt < 2; ++rt)
+      ldmatrix_x4(pf[rt], p_in + (rt * 16 + (lane % 16)) * P_PITCH + kk * 16 + (lane / 16) * 8);
 #pragma unroll
-      for (int rt = 0; rt < 2; ++rt)
-        ldmatrix_x4(pf[rt], group_p + (rt * 16 + (lane % 16)) * P_PITCH + kk * 16 + (lane / 16) * 8);
+    for (int j = 0; j < O_NTILES; j += 2) {
+      unsigned vf[4];
+      ldmatrix_x4_trans(vf, v_tile + (kk * 16 + ((lane / 8) % 2) * 8 + (lane % 8)) * PITCH + wn * O_COLS + j * 8 +
+                                (lane / 16) * 8);
 #pragma unroll
-      for (int j = 0; j < O_NTILES; j += 2) {
-        unsigned vf[4];
-        ldmatrix_x4_trans(vf, kv_tile + (kk * 16 + ((lane / 8) % 2) * 8 + (lane % 8)) * PITCH + wn * O_COLS + j * 8 +
-                                  (lane / 16) * 8);
-#pragma unroll
-        for (int rt = 0; rt < 2; ++rt) {
-          mma_16816(acc[rt][j], pf[rt], vf[0], vf[1]);
-          mma_16816(acc[rt][j + 1], pf[rt], vf[2], vf[3]);
-        }
+      for (int rt = 0; rt < 2; ++rt) {
+        mma_16816(acc[rt][j], pf[rt], vf[0], vf[1]);
+        mma_16816(acc[rt][j + 1], pf[rt], vf[2], vf[3]);
       }
     }
+  };
 
-    // Done with the slot: the last of the CTA's warps refills it with tile + STAGES.
+  // Done with the slot of `tile`: the last of the CTA's warps refills it with tile + STAGES.
+  auto release = [&](int tile) {
     __syncwarp();
     int last = 0;
     if (lane == 0) {
       __threadfence_block();  // this warp's reads of the slot before the count
-      last = atomicAdd(&released[slot], 1) == CONSUMERS - 1;
+      last = atomicAdd(&released[tile % STAGES], 1) == CONSUMERS - 1;
       if (last) {
-        released[slot] = 0;
+        released[tile % STAGES] = 0;
         __threadfence_block();
       }
     }
     if (__shfl_sync(0xffffffff, last, 0) && tile + STAGES < num_tiles)
       issue_kv_tile<BLOCK_N, STAGES, PITCH>(ring, full, kv, zero_row, table, page_size, start, seq_len, tile + STAGES,
                                             lane);
+  };
+
+#if PIPELINE
+  // Tile i's P V runs between the two barriers of tile i + 1's softmax: a warp holds two slots (i's V,
+  // i + 1's K), the P buffers alternate, and each warp has the HMMAs of P V to issue while the softmax's
+  // shared loads and exponentials wait.
+  auto step = [&](int tile, bool next) {
+    if (next) partial_s(tile + 1);
+    row_group_sync(wm);  // the group's partial S of tile + 1 complete
+    float v[OWN_SEGS][4];
+    if (next) load_s(v);
+    rescale_o(tile);
+    pv_step(tile, 0);
+    if (next) finish_softmax(v, tile + 1);
+#pragma unroll
+    for (int kk = 1; kk < BLOCK_N / 16; ++kk) pv_step(tile, kk);
+    release(tile);
+    row_group_sync(wm);  // P and the rescale factors of tile + 1 complete; the partials read
+  };
+  if (num_tiles > 0) {
+    partial_s(0);
+    row_group_sync(wm);
+    float v[OWN_SEGS][4];
+    load_s(v);
+    finish_softmax(v, 0);
+    row_group_sync(wm);
+    for (int tile = 0; tile + 1 < num_tiles; ++tile) step(tile, true);
+    step(num_tiles - 1, false);
   }
+#else
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    partial_s(tile);
+    row_group_sync(wm);  // the group's partial S complete
+    float v[OWN_SEGS][4];
+    load_s(v);
+    finish_softmax(v, tile);
+    row_group_sync(wm);  // P and the rescale factors of the group's rows complete
+    rescale_o(tile);
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) pv_step(tile, kk);
+    release(tile);
+  }
+#endif
 
   // Row sums: the owner's four lanes, then 1 / l through shared memory for the group's warps.
   l_run += __shfl_xor_sync(0xffffffff, l_run, 1);
   l_run += __shfl_xor_sync(0xffffffff, l_run, 2);
   row_group_sync(wm);  // every warp has read the last tile's rescale factors
-  if (t == 0) group_scale[own_row] = l_run > 0.f ? 1.f / l_run : 0.f;
+  float* inv_l_s = group_scale(0);
+  if (t == 0) inv_l_s[own_row] = l_run > 0.f ? 1.f / l_run : 0.f;
   if (u.splits > 1 && t == 0 && own_r < num_rows)
     partial_lse[(long long)blockIdx.y * num_rows + own_r] = l_run > 0.f ? (m_run + log2f(l_run)) * LN2 : NEG_INF;
   row_group_sync(wm);
@@ -307,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
       const int row = rt * 16 + g + 8 * half;
       const int r = group_row0 + row;
       if (r >= num_rows) continue;
-      const float inv_l = group_scale[row];
+      const float inv_l = inv_l_s[row];
       if (u.splits == 1) {
         const int node = r / heads, head = r - node * heads;
         elem_t* dst = out + b * stride_ob + node * stride_ot + head * stride_oh + wn * O_COLS + 2 * t;
