@@ -34,7 +34,8 @@ CHECK_CONFIGS = ({}, {"BLOCK_N": 32, "kv_splits": 3}, {"WARPS_M": 1, "WARPS_N": 
 HEAD_DIM, V_DIM = 576, 512
 # Per-arch defaults. sm_120: fits its 99 KB per block with no spills (`vk static --arch sm_120`).
 # sm_90: the fastest of the configs timed on an H200 at L = 131072, T = 16 and 64, H = 8
-# (results/bench/cuda-configs-nvidia-h200.jsonl); 156 KB of shared memory, so sm_90 only.
+# (results/archive/2026-12-04/bench/cuda-configs-nvidia-h200.jsonl, 2026-12-02, source 44e0fe47618fd72a: a
+# run before records carried their commit); 156 KB of shared memory, so sm_90 only.
 DEFAULT_CONFIGS = {
     "sm_90": {"WARPS_M": 4, "WARPS_N": 2, "BLOCK_N": 64, "STAGES": 1, "MIN_BLOCKS": 1, "kv_splits": 0},
     "sm_120": {"WARPS_M": 2, "WARPS_N": 2, "BLOCK_N": 16, "STAGES": 2, "MIN_BLOCKS": 1, "kv_splits": 0},

@@ -45,7 +45,8 @@ CHECK_PAGE_SIZES = (16, 64)
 CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 16}, {"kv_splits": 8, "BLOCK_M": 16, "BLOCK_N": 32},
                  {"waves": 4, "BLOCK_N": 16})
 # Per-arch defaults. sm_90: the fastest of the configs timed on an H200 at L = 131072, T = 16 and
-# 64, H = 8 (results/bench/splitkv-configs-nvidia-h200.jsonl). sm_120 has 99 KB of shared memory
+# 64, H = 8 (results/archive/2026-12-04/bench/splitkv-configs-nvidia-h200.jsonl, 2026-12-02, source
+# b8611a6c096aba67: a run before records carried their commit). sm_120 has 99 KB of shared memory
 # per block: the largest tiles that compile for it without spills (`vk static --arch sm_120`).
 DEFAULT_CONFIGS = {
     "sm_90": {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "kv_splits": 0, "waves": 1},
