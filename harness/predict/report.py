@@ -8,9 +8,8 @@ import math
 from pathlib import Path
 
 from harness.measure.environment import command_line, git_commit
-from verify_kernels import variants
 from verify_kernels.arch import Arch
-from .fit import blocks_per_sm, config_key, predicted_ms
+from .fit import config_key, predicted_ms
 from .model import predict
 
 # Configs predicted within this fraction of the best are ones the model cannot tell apart: the fit's
@@ -120,13 +119,15 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
     key to results/predict/<variant>-<arch>-predicted.{md,jsonl}, each record ``predicted: true``."""
     from tabulate import tabulate
 
-    from harness.static.space import static_feasibility
+    from harness.static.space import resolve, static_feasibility
     # What reproduces these records: the command and the checkout's commit (taken before anything is written).
     checkout = git_commit()
     provenance = {"command": command_line(), "git_commit": checkout["commit"], "git_dirty": checkout["dirty"]}
-    feasible = [c.config for c in static_feasibility(variant, arch_name, progress=False) if c.feasible]
-    default = variants.defaults_for(variants.load_variant(variant), arch_name)
-    blocks = [blocks_per_sm(variant, arch_name, config) for config in feasible]
+    target = resolve(variant, arch_name)
+    kept = [c for c in static_feasibility(target, progress=False) if c.feasible]
+    feasible = [c.config for c in kept]
+    default = target.defaults
+    blocks = [int(c.static.get("blocks_per_sm") or 0) for c in kept]  # the static model's, already attached
     records = []
     for length in KEYS_L:
         for nodes in KEYS_T:

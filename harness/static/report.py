@@ -7,12 +7,12 @@ import json
 from tabulate import tabulate
 
 from harness.static.resources import static_rows
-from harness.static.space import SPACES_DIR, allow_spills, static_feasibility
+from harness.static.space import SPACES_DIR, resolve, static_feasibility
 
 
 def default_rows(variant: str, arch: str, configs: list[dict] | None = None) -> list[dict]:
     """``static_rows`` under the variant's search-space rule for spills on ``arch``."""
-    return static_rows(variant, arch, configs, allow_spills=allow_spills(variant, arch))
+    return static_rows(variant, arch, configs, allow_spills=resolve(variant, arch).spills_allowed)
 
 
 def format_rows(rows: list[dict]) -> str:
@@ -31,7 +31,7 @@ def space_report(names: list[str], arches: list[str], as_json: bool) -> str:
         if not (SPACES_DIR / f"{name}.yaml").exists():
             continue
         for arch in arches:
-            found = static_feasibility(name, arch, progress=not as_json)
+            found = static_feasibility(resolve(name, arch), progress=not as_json)
             feasible = [c for c in found if c.feasible]
             summary.append((name, arch, len(found), len(feasible),
                             sum((c.static.get("spill_store_bytes") or 0) > 0 for c in feasible)))

@@ -6,7 +6,8 @@ names, plus min and max, the variant's ``smem_bytes`` and the arch's ``smem_per_
 disqualify a candidate there (``allow_spills``, default false). Arches come from the registry
 (verify_kernels/arch.py): a new arch needs no section. Every candidate is either kept or
 carries the reason it was dropped, in KernelTuner's spirit: nothing disappears silently.
-The static model (static_feasibility) then compiles the kept ones for the arch.
+The static model (static_feasibility) then compiles the kept ones for the arch. Each takes the
+variant resolved once for the arch (``resolve``: module, space, kernel source hash, defaults).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import yaml
 
@@ -46,12 +48,47 @@ class Candidate:
         return not self.reason
 
 
-def load_space(variant: str, arch: str) -> dict:
-    path = SPACES_DIR / f"{variant}.yaml"
-    if not path.exists():
-        raise ValueError(f"variant: no search space for {variant!r} (expected {path})")
-    space = yaml.safe_load(path.read_text())
+@dataclass(frozen=True)
+class VariantOnArch:
+    """One variant resolved once for one arch (``resolve``): its module, its search space (tunables
+    resolved; None for a variant that is not tuned), its kernel source hash and its default config. The
+    static model and vk tune take this object, not the name, so a tune key reads each of them once."""
+    name: str
+    arch: str
+    module: ModuleType
+    space: dict | None
+    source_hash: str
+    defaults: dict
+
+    @property
+    def spills_allowed(self) -> bool:
+        """Do register spills leave a config feasible? Yes for a variant without a search space (not
+        tuned: the baseline, triton_ps1, spills by design); else the space's rule for the arch (default no)."""
+        return self.space is None or bool(self.space["arch"][self.arch].get("allow_spills", False))
+
+    def tuned_space(self) -> dict:
+        """The search space; a variant without one is refused, naming the file it lacks."""
+        if self.space is None:
+            raise ValueError(f"variant: no search space for {self.name!r} (expected {SPACES_DIR / (self.name + '.yaml')})")
+        return self.space
+
+
+def resolve(variant: str, arch: str) -> VariantOnArch:
+    """``variant`` on ``arch`` (a registry name): ValueError naming the known variants or arches."""
     module = variants.load_variant(variant)
+    load_arch(arch)  # ValueError naming the known arches
+    path = SPACES_DIR / f"{variant}.yaml"
+    space = _read_space(path, module, variant, arch) if path.exists() else None
+    return VariantOnArch(variant, arch, module, space, kernel_source_hash(variant), variants.defaults_for(module, arch))
+
+
+def load_space(variant: str, arch: str) -> dict:
+    """The search space of ``variant`` for ``arch`` (``resolve(variant, arch).tuned_space()``)."""
+    return resolve(variant, arch).tuned_space()
+
+
+def _read_space(path: Path, module: ModuleType, variant: str, arch: str) -> dict:
+    space = yaml.safe_load(path.read_text())
     for name, values in space["tunables"].items():
         # A tunable may name the variant's constant that holds its values (BLOCK_N: BLOCK_N_CHOICES),
         # so a rule the kernel enforces is written once.
@@ -60,18 +97,8 @@ def load_space(variant: str, arch: str) -> dict:
                 raise ValueError(f"search space {path.name}: tunable {name} names {values!r}, which variant "
                                  f"{variant!r} does not define")
             space["tunables"][name] = list(getattr(module, values))
-    load_arch(arch)  # ValueError naming the known arches
     space.setdefault("arch", {}).setdefault(arch, {})  # an arch without a section: no extra rules, no spills
     return space
-
-
-def allow_spills(variant: str, arch: str) -> bool:
-    """The space's rule for ``arch``: do register spills disqualify a config? A variant without a
-    search space is not tuned, so its spills are reported, not disqualifying (the baseline,
-    triton_ps1, spills by design)."""
-    if not (SPACES_DIR / f"{variant}.yaml").exists():
-        return True
-    return bool(load_space(variant, arch)["arch"][arch].get("allow_spills", False))
 
 
 def _violated(expressions: list[str], config: dict, names: dict | None = None) -> str | None:
@@ -84,20 +111,18 @@ def _violated(expressions: list[str], config: dict, names: dict | None = None) -
     return None
 
 
-def candidates(variant: str, arch: str) -> list[Candidate]:
+def candidates(target: VariantOnArch) -> list[Candidate]:
     """Every combination of the space's values, with a reason on those the rules drop: the space's
     constraints (which may name ``smem_bytes``, the variant's shared memory for the config, and the
     arch's ``smem_per_block`` and ``smem_per_sm`` in bytes), the variant's own rules, what the arch
     cannot compile (``offline_arch_problem``) and, before any compile, shared memory over the arch's
     per-block limit."""
-    space = load_space(variant, arch)
+    space, module, arch, defaults = target.tuned_space(), target.module, target.arch, target.defaults
     names = list(space["tunables"])
-    module = variants.load_variant(variant)
     record = load_arch(arch)
     rules = space.get("constraints", []) + space["arch"][arch].get("constraints", [])
     arch_problem = variants.optional(module, "offline_arch_problem")(arch)
     smem_bytes = variants.optional(module, "smem_bytes")
-    defaults = variants.defaults_for(module, arch)
     result = []
     for values in itertools.product(*(space["tunables"][n] for n in names)):
         config = dict(zip(names, values))
@@ -187,7 +212,7 @@ def _compile_key(config: dict) -> str:
     return json.dumps({k: v for k, v in sorted(config.items()) if k not in LAUNCH_ONLY})
 
 
-def static_feasibility(variant: str, arch: str, progress: bool = True) -> list[Candidate]:
+def static_feasibility(target: VariantOnArch, progress: bool = True) -> list[Candidate]:
     """Candidates checked by the static model, compiled once per compile-relevant config.
 
     Results are cached in results/static/<variant>-<arch>.json under the kernel source hash and
@@ -197,13 +222,14 @@ def static_feasibility(variant: str, arch: str, progress: bool = True) -> list[C
     from tqdm import tqdm
 
 
+    variant, arch = target.name, target.arch
     cache_path = STATIC_CACHE_DIR / f"{variant}-{arch}.json"
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    current = {"kernel_source_hash": kernel_source_hash(variant), "static_model_hash": static_model_hash(),
+    current = {"kernel_source_hash": target.source_hash, "static_model_hash": static_model_hash(),
                "compilers": compiler_versions()}  # another Triton or nvcc allocates registers differently
     if any(cache.get(name) != value for name, value in current.items()):
         cache = {**current, "rows": {}}
-    result = candidates(variant, arch)
+    result = candidates(target)
     to_compile = sorted({_compile_key(c.config) for c in result if c.feasible} - set(cache["rows"]))
     for key in tqdm(to_compile, desc=f"static {variant} {arch}", unit="config", disable=not progress):
         config = json.loads(key)
@@ -214,7 +240,7 @@ def static_feasibility(variant: str, arch: str, progress: bool = True) -> list[C
                                                       "feasible", "reason")}
         cache_path.parent.mkdir(parents=True, exist_ok=True)
         cache_path.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")  # kill-safe: after each compile
-    spills_allowed = allow_spills(variant, arch)
+    spills_allowed = target.spills_allowed
     for candidate in result:
         if candidate.feasible:
             candidate.static = cache["rows"][_compile_key(candidate.config)]

@@ -22,6 +22,7 @@ def run_predicted_tune(args, tune_keys) -> int:
     from harness.measure.paths import results_dir
     from harness.predict.objective import predicted_evaluator
     from harness.predict.report import write_predicted_table
+    from harness.static.space import resolve
     from harness.tune.study import DEFAULT_STORAGE, tune_key
 
     if not args.arch:
@@ -40,7 +41,7 @@ def run_predicted_tune(args, tune_keys) -> int:
         key = dataclasses.replace(key, prefix_len=key.l_bucket)
         evaluator = predicted_evaluator(key.variant, args.arch, prefix_len=key.prefix_len,
                                         tree_nodes=key.tree_nodes, heads=key.heads, fitted_on=args.fitted_on)
-        study = tune_key(key, arch=args.arch, storage=storage, trials=args.trials, minutes=args.minutes,
+        study = tune_key(key, resolve(key.variant, args.arch), storage=storage, trials=args.trials, minutes=args.minutes,
                          seed=args.seed, warm_start=[], timeout_s=args.trial_timeout, rep_ms=args.rep_ms,
                          progress=not args.no_progress, compile=not args.no_compile, timing="predicted",
                          evaluator=evaluator)

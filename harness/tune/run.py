@@ -29,6 +29,7 @@ def run_tune(args, argv: list[str]) -> int:
     """Tune every key the arguments name (or fan out to --workers processes), then print the winners."""
     import torch
 
+    from harness.static.space import resolve
     from harness.tune.study import DEFAULT_STORAGE, neighbour_winners, save_winner, tune_key, winner_record, winners_path
 
     import optuna
@@ -59,11 +60,13 @@ def run_tune(args, argv: list[str]) -> int:
     if storage.startswith("sqlite:///"):
         Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     path = args.winners or winners_path(sku)
-    rows = []
+    rows, targets = [], {}
     for key in tune_keys(args, sku):
+        if key.variant not in targets:  # module, space, kernel source hash and defaults: once per variant
+            targets[key.variant] = resolve(key.variant, arch)
         # A proxy tune measures first the configs the predictor could not tell apart at this key.
         warm_start = neighbour_winners(path, key) + (predicted_ties(arch, key) if proxy_for else [])
-        study = tune_key(key, arch=arch, storage=storage, trials=args.trials, minutes=args.minutes,
+        study = tune_key(key, targets[key.variant], storage=storage, trials=args.trials, minutes=args.minutes,
                          seed=args.seed, warm_start=warm_start,
                          timeout_s=args.trial_timeout, rep_ms=args.rep_ms, progress=not args.no_progress,
                          compile=not args.no_compile, exhaustive=args.exhaustive, timing=args.timing)

@@ -29,7 +29,7 @@ from pathlib import Path
 from harness.measure.inputs import read_yaml_mapping
 from harness.measure.paths import default_optuna_storage, results_dir
 from harness.measure.environment import describe_environment, gpu_sku, source_hash
-from harness.static.space import Candidate, kernel_source_hash, load_space, static_feasibility
+from harness.static.space import Candidate, VariantOnArch, kernel_source_hash, static_feasibility
 from harness.static.space import candidates as search_candidates
 from harness.measure.optuna_storage import open_storage, reap_interrupted, requeue, worker_identity
 from harness.tune.trial_process import TrialProcess
@@ -134,51 +134,52 @@ def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], re
     return objective
 
 
-def feasible_space(variant: str, arch: str, progress: bool, compile: bool = True):
+def feasible_space(target: VariantOnArch, progress: bool, compile: bool = True):
     """(space, feasible {canonical: Candidate}, rejected {canonical: reason}).
 
     ``compile=False`` applies the constraints and kernel rules only (tests without a compiler).
     """
-    space = load_space(variant, arch)
-    candidates = static_feasibility(variant, arch, progress=progress) if compile else search_candidates(variant, arch)
+    space = target.tuned_space()
+    candidates = static_feasibility(target, progress=progress) if compile else search_candidates(target)
     feasible = {canonical(c.config): c for c in candidates if c.feasible}
     rejected = {canonical(c.config): c.reason for c in candidates if not c.feasible}
     return space, feasible, rejected
 
 
-def default_config_for(variant: str, arch: str, space: dict) -> dict:
-    from harness.static.resources import default_configs
-
-    default = default_configs(variant, arch)
-    return {name: default[name] for name in space["tunables"]}
+def default_config_for(target: VariantOnArch) -> dict:
+    """The arch's default config, cut to the space's tunables (the first trial of a study)."""
+    return {name: target.defaults[name] for name in target.tuned_space()["tunables"]}
 
 
-def tune_key(key: TuneKey, *, arch: str, storage: str, trials: int | None, minutes: float | None, seed: int,
+def tune_key(key: TuneKey, target: VariantOnArch, *, storage: str, trials: int | None, minutes: float | None, seed: int,
              warm_start: list[dict], timeout_s: float, rep_ms: float, progress: bool, compile: bool = True,
              feasible_override=None, exhaustive: bool = False, timing: str = "events", evaluator=None):
-    """Run (or continue) the study of one key; returns the study. ``evaluator``: see make_objective
-    (no worker process is started then).
+    """Run (or continue) the study of one key on ``target`` (the key's variant resolved for the arch whose
+    static model and space apply: ``harness.static.space.resolve``); returns the study.
+    ``evaluator``: see make_objective (no worker process is started then).
 
     ``exhaustive``: measure every feasible config once, in a study named "<key>|exhaustive" (the
     table the tuning-quality replay needs); ``trials`` is then the feasible count.
     """
     import optuna
 
+    if target.name != key.variant:
+        raise ValueError(f"tune_key: the key is {key.variant!r}'s, the target {target.name!r}")
     if feasible_override is not None:
         space, feasible, rejected = feasible_override
     else:
-        space, feasible, rejected = feasible_space(key.variant, arch, progress, compile)
+        space, feasible, rejected = feasible_space(target, progress, compile)
     if not feasible:
-        raise ValueError(f"{key.variant} on {arch}: no statically feasible config in the search space")
+        raise ValueError(f"{key.variant} on {target.arch}: no statically feasible config in the search space")
     name = key.study_name + ("|exhaustive" if exhaustive else "")
     opened = open_storage(storage)
-    study = open_study(name, opened, seed, kernel_source_hash(key.variant), timing)
+    study = open_study(name, opened, seed, target.source_hash, timing)
     reap_interrupted(study, opened)  # trials a killed run left RUNNING: failed, queued again, not counted
     study.set_user_attr("key", asdict(key))
-    study.set_user_attr("arch", arch)
+    study.set_user_attr("arch", target.arch)
     if not study.trials:
         queue = ([c.config for c in feasible.values()] if exhaustive
-                 else [default_config_for(key.variant, arch, space), *warm_start])
+                 else [default_config_for(target), *warm_start])
         for config in queue:
             if canonical(config) in feasible:
                 study.enqueue_trial(config, skip_if_exists=True)
@@ -280,7 +281,8 @@ def winner_record(study, key: TuneKey) -> dict | None:
         "trials": len(study.trials), "measured": sum("duplicate_of" not in t.user_attrs and
                                                       t.state == optuna.trial.TrialState.COMPLETE for t in study.trials),
         "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials),
-        "kernel_source_hash": kernel_source_hash(key.variant), "timing": study.user_attrs.get("timing", "events"),
+        # the hash tune_key opened the study with: the kernel these trials measured
+        "kernel_source_hash": study.user_attrs["kernel_source_hash"], "timing": study.user_attrs.get("timing", "events"),
         "source_hash": source_hash(), "torch": str(env["torch"]), "triton": env["triton"], "cupy": env["cupy"],
         "driver": env.get("driver"), "study": study.study_name,
     }

@@ -92,12 +92,12 @@ def test_sm100_is_one_file_for_the_static_model():
     """The static model compiles for sm_100 from its record alone: nvcc's target from the capability,
     the limits from the file; gluon kernels are refused (no wgmma) before compiling."""
     from harness.static.report import default_rows
-    from harness.static.space import candidates
+    from harness.static.space import candidates, resolve
 
     (row,) = default_rows("cuda_ws", "sm_100")
     assert row["feasible"] and row["config"] == variants.load_variant("cuda_ws").DEFAULT_CONFIGS["sm_90"], row
-    assert all("wgmma" in c.reason for c in candidates("gluon_wgmma_ws", "sm_100"))
-    assert all("cp.async.bulk" in c.reason for c in candidates("cuda_qreg", "sm_89"))
+    assert all("wgmma" in c.reason for c in candidates(resolve("gluon_wgmma_ws", "sm_100")))
+    assert all("cp.async.bulk" in c.reason for c in candidates(resolve("cuda_qreg", "sm_89")))
 
 
 def test_the_clis_offer_every_known_arch():

@@ -81,8 +81,8 @@ def test_sm120_search_spaces_have_20_feasible_spill_free_configs():
     """The target arch's spaces pass the static model (results/static/ caches the compiles per
     kernel source hash; a changed kernel recompiles here, which takes minutes)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import json; from harness.static.space import static_feasibility as s; "
-            "print(json.dumps({v: [c.static for c in s(v, 'sm_120', progress=False) if c.feasible] "
+    code = ("import json; from harness.static.space import resolve, static_feasibility as s; "
+            "print(json.dumps({v: [c.static for c in s(resolve(v, 'sm_120'), progress=False) if c.feasible] "
             "for v in ('triton_splitkv', 'cuda_coalesced')}))")
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert completed.returncode == 0, completed.stderr[-2000:]

@@ -15,7 +15,10 @@ from harness.tune import study as tune  # noqa: E402
 from harness.tune import quality as tune_quality  # noqa: E402
 from harness.tune.worker import fake_cost_ms  # noqa: E402
 
+from harness.static.space import resolve  # noqa: E402
+
 KEY = tune.TuneKey("triton_splitkv", "fake-cpu", 4096, 16, 8, 64, "bfloat16", 4096)
+TARGET = resolve("triton_splitkv", "sm_120")
 
 
 def _vk_tune(tmp_path, *extra, env=None):
@@ -83,7 +86,7 @@ def test_faulting_or_hanging_config_is_a_failed_trial_and_the_study_finishes(tmp
     monkeypatch.setenv(planted_fault, json.dumps({"BLOCK_M": 16, "num_warps": 4}))
     storage = f"sqlite:///{tmp_path / 'fault.db'}"
     planted = {"BLOCK_M": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "kv_splits": 0}
-    study = tune.tune_key(KEY, arch="sm_120", storage=storage, trials=8, minutes=None, seed=1, warm_start=[planted],
+    study = tune.tune_key(KEY, TARGET, storage=storage, trials=8, minutes=None, seed=1, warm_start=[planted],
                           timeout_s=timeout_s, rep_ms=10, progress=False, compile=False)
     failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert failed and failed[0].params == planted
@@ -94,9 +97,9 @@ def test_faulting_or_hanging_config_is_a_failed_trial_and_the_study_finishes(tmp
 
 
 def test_no_config_is_measured_twice(tmp_path, fake_env):
-    space, feasible, rejected = tune.feasible_space("triton_splitkv", "sm_120", progress=False, compile=False)
+    space, feasible, rejected = tune.feasible_space(TARGET, progress=False, compile=False)
     small = dict(list(feasible.items())[:3])
-    study = tune.tune_key(KEY, arch="sm_120", storage=f"sqlite:///{tmp_path / 'dup.db'}", trials=25, minutes=None,
+    study = tune.tune_key(KEY, TARGET, storage=f"sqlite:///{tmp_path / 'dup.db'}", trials=25, minutes=None,
                           seed=0, warm_start=[], timeout_s=60, rep_ms=10, progress=False, compile=False,
                           feasible_override=(space, small, rejected))
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -110,8 +113,8 @@ def test_infeasible_proposals_never_reach_the_worker(tmp_path, fake_env, monkeyp
     calls = []
     monkeypatch.setattr(tune, "evaluate", lambda key, config, **kw: calls.append(config) or
                         {"status": "ok", "median_ms": fake_cost_ms(config), "iqr_ms": 0.0})
-    space, feasible, rejected = tune.feasible_space("triton_splitkv", "sm_120", progress=False, compile=False)
-    study = tune.tune_key(KEY, arch="sm_120", storage=f"sqlite:///{tmp_path / 'inf.db'}", trials=30, minutes=None,
+    space, feasible, rejected = tune.feasible_space(TARGET, progress=False, compile=False)
+    study = tune.tune_key(KEY, TARGET, storage=f"sqlite:///{tmp_path / 'inf.db'}", trials=30, minutes=None,
                           seed=3, warm_start=[], timeout_s=60, rep_ms=10, progress=False, compile=False)
     assert all(json.dumps(c, sort_keys=True) in feasible for c in calls)
     pruned = [t for t in study.trials if t.state == optuna.trial.TrialState.PRUNED]
@@ -120,10 +123,10 @@ def test_infeasible_proposals_never_reach_the_worker(tmp_path, fake_env, monkeyp
 
 def test_study_of_another_kernel_source_is_archived_not_resumed(tmp_path, fake_env):
     storage = f"sqlite:///{tmp_path / 'src.db'}"
-    space, feasible, rejected = tune.feasible_space("triton_splitkv", "sm_120", progress=False, compile=False)
+    space, feasible, rejected = tune.feasible_space(TARGET, progress=False, compile=False)
 
     def run(trials):
-        return tune.tune_key(KEY, arch="sm_120", storage=storage, trials=trials, minutes=None, seed=0, warm_start=[],
+        return tune.tune_key(KEY, TARGET, storage=storage, trials=trials, minutes=None, seed=0, warm_start=[],
                              timeout_s=60, rep_ms=10, progress=False, compile=False,
                              feasible_override=(space, feasible, rejected))
 
@@ -143,7 +146,7 @@ def test_study_of_another_kernel_source_is_archived_not_resumed(tmp_path, fake_e
         run(1)
     assert f"{KEY.study_name}|kernel {'0' * 16} events" in optuna.get_all_study_names(tune.open_storage(storage))
     with pytest.warns(UserWarning, match="archived"):  # graph timings never join a study of eager ones
-        graph = tune.tune_key(KEY, arch="sm_120", storage=storage, trials=1, minutes=None, seed=0, warm_start=[],
+        graph = tune.tune_key(KEY, TARGET, storage=storage, trials=1, minutes=None, seed=0, warm_start=[],
                               timeout_s=60, rep_ms=10, progress=False, compile=False, timing="graph",
                               feasible_override=(space, feasible, rejected))
     assert graph.user_attrs["timing"] == "graph" and tune.winner_record(graph, KEY)["timing"] == "graph"
@@ -196,9 +199,9 @@ def test_tuning_quality_replay_on_a_known_table(tmp_path):
 
 
 def test_exhaustive_study_measures_every_feasible_config_once(tmp_path, fake_env):
-    space, feasible, rejected = tune.feasible_space("triton_splitkv", "sm_120", progress=False, compile=False)
+    space, feasible, rejected = tune.feasible_space(TARGET, progress=False, compile=False)
     subset = dict(list(feasible.items())[:7])
-    study = tune.tune_key(KEY, arch="sm_120", storage=f"sqlite:///{tmp_path / 'ex.db'}", trials=None, minutes=None,
+    study = tune.tune_key(KEY, TARGET, storage=f"sqlite:///{tmp_path / 'ex.db'}", trials=None, minutes=None,
                           seed=0, warm_start=[], timeout_s=60, rep_ms=10, progress=False, compile=False,
                           feasible_override=(space, subset, rejected), exhaustive=True)
     assert study.study_name.endswith("|exhaustive")
@@ -256,7 +259,7 @@ def test_constrain_to_tunes_the_target_space_apart_and_marks_its_records(tmp_pat
     (name, record), = winners.items()
     assert "-proxy-sm_120|" in name and record["proxy_for"] == "sm_120" and record["arch"] == "sm_120"
     assert record["measured_on"] == record["gpu"].removesuffix("-proxy-sm_120") and record["gpu"].endswith("-proxy-sm_120")
-    space, feasible, _ = tune.feasible_space("triton_splitkv", "sm_120", progress=False, compile=False)
+    space, feasible, _ = tune.feasible_space(TARGET, progress=False, compile=False)
     assert json.dumps(record["config"], sort_keys=True) in feasible
     clash = subprocess.run([*command, "--arch", "sm_90"], env=fake_env, capture_output=True, text=True)
     assert clash.returncode == 2 and "give one arch" in clash.stderr
@@ -297,3 +300,26 @@ def test_predicted_objective_needs_an_arch(tmp_path):
                            "cuda_ws", "--storage", f"sqlite:///{tmp_path / 'p.db'}", "--no-progress"],
                           capture_output=True, text=True)
     assert done.returncode != 0 and "give --arch" in done.stderr
+
+
+def test_a_key_reads_its_variant_only_through_the_resolved_target(tmp_path, monkeypatch):
+    """vk tune resolves a variant once per arch (module, space, kernel source hash, defaults) and passes
+    the object down: a key's feasibility, study and winner read none of them again."""
+    from harness.static import space as space_module
+    from verify_kernels import variants
+
+    target = resolve("triton_splitkv", "sm_120")
+
+    def again(*args, **kwargs):
+        raise AssertionError("read again instead of taken from the target")
+    for module, name in ((space_module, "kernel_source_hash"), (tune, "kernel_source_hash"),
+                         (space_module, "_read_space"), (variants, "load_variant"), (variants, "defaults_for")):
+        monkeypatch.setattr(module, name, again)
+    study = tune.tune_key(KEY, target, storage=f"sqlite:///{tmp_path / 'once.db'}", trials=3, minutes=None, seed=0,
+                          warm_start=[], timeout_s=60, rep_ms=10, progress=False, compile=False,
+                          evaluator=lambda config: {"status": "ok", "median_ms": 1.0 + len(str(config)) / 1e3})
+    record = tune.winner_record(study, KEY)
+    assert record["kernel_source_hash"] == target.source_hash and tune.measured_trials(study) == 3
+    with pytest.raises(ValueError, match="the target 'cuda_ws'"):
+        tune.tune_key(KEY, tune.VariantOnArch("cuda_ws", "sm_120", None, None, "", {}), storage="sqlite://",
+                      trials=1, minutes=None, seed=0, warm_start=[], timeout_s=60, rep_ms=10, progress=False)
