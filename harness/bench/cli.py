@@ -13,6 +13,14 @@ from harness.arguments import (device_or_default, float_at_least, int_in, int_li
                                output_file, prefix_lengths)
 from harness.measure.inputs import read_yaml_mapping
 from harness.measure.paths import results_dir
+from harness.bench.cases import cpu_cases, gpu_cases
+from harness.bench.peers import PEERS
+from harness.bench.report import write_report
+from harness.bench.sweep import recorded_points
+from harness.measure.environment import gpu_sku
+from harness.measure.records import append_records, make_record, read_records
+from verify_kernels import VARIANTS
+from verify_kernels.trees import TREE_GENERATORS
 
 BENCH_DEFAULTS = {"prefix": [4096, 32768, 131072], "tree": [16, 64], "heads": [8], "page_size": [64],
                   "batch": 1, "dtype": "bfloat16", "mode": "events", "rep_ms": 200.0, "repeat": 1,
@@ -24,10 +32,7 @@ def cmd_check(args) -> int:
     if device == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         # Must be set before any Triton kernel module is imported (variants import lazily).
         os.environ["TRITON_INTERPRET"] = "1"
-    from harness.bench.cases import cpu_cases, gpu_cases
     from harness.bench.check import all_variants, check_jobs, format_table, job_key, recorded_jobs, run_check, summary
-    from harness.measure.environment import gpu_sku
-    from harness.measure.records import append_records, make_record
 
     names = args.variants or all_variants()
     unknown = sorted(set(names) - set(all_variants()))
@@ -46,7 +51,6 @@ def cmd_check(args) -> int:
     out = args.out or results_dir() / "check" / f"{gpu_sku() if device == 'cuda' else 'cpu'}.jsonl"
     jobs = check_jobs(names, cases)
     if args.resume and Path(out).exists():
-        from harness.measure.records import read_records
 
         done = recorded_jobs(read_records(out, "check", flag="--out"))
         left = [job for job in jobs if job_key(job[0], job[1].name, job[2], job[3]) not in done]
@@ -125,11 +129,7 @@ def cmd_bench(args) -> int:
     import torch
 
     from harness.bench.sweep import format_table, run_sweep, sweep_points
-    from harness.measure.environment import gpu_sku
-    from harness.bench.peers import PEERS
 
-    from verify_kernels import VARIANTS
-    from verify_kernels.trees import TREE_GENERATORS
 
     settings = _bench_settings(args)
     kinds = [settings["tree_kind"]] if isinstance(settings["tree_kind"], str) else list(settings["tree_kind"])
@@ -148,8 +148,6 @@ def cmd_bench(args) -> int:
         raise SystemExit("vk bench: needs a CUDA GPU (timings on the CPU interpreter mean nothing)")
     out = args.out or results_dir() / "bench" / f"{gpu_sku()}.jsonl"
     if args.resume and Path(out).exists():
-        from harness.bench.sweep import recorded_points
-        from harness.measure.records import read_records
 
         done = recorded_points(read_records(out))
         skipped = sum(point in done for point in points)
@@ -165,7 +163,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from harness.bench.report import write_report
 
     out = args.out or results_dir() / "report" / args.inputs[0].stem
     markdown, images = write_report(args.inputs, out, args.title or f"Benchmarks: {args.inputs[0].stem}",

@@ -20,6 +20,7 @@ from tabulate import tabulate
 
 from harness.bench.peers_report import lengths_cell, peers_sections, shape_key
 from harness.measure.records import read_records
+from harness.measure.figures import finish, length_ticks, saved_figure
 
 
 def load_bench_records(paths: list[Path]) -> list[dict]:
@@ -120,7 +121,6 @@ def _tensor_pct(record: dict) -> float | None:
 def plot(records: list[dict], out_prefix: Path) -> list[Path]:
     """One PNG per metric (latency, % of the floor, tensor-pipe % when counted), a panel per (T, H),
     a line per implementation over L; the legend outside the panels (harness/measure/figures.py)."""
-    from harness.measure.figures import finish, length_ticks, saved_figure
 
     panels = sorted({(r["tree_nodes"], r["heads"]) for r in records})
     written = []

@@ -9,11 +9,11 @@ import json
 from harness.arguments import (float_at_least, int_in, int_list, int_list_in, output_dir, output_file,
                                prefix_lengths, seed)
 from harness.measure.paths import results_dir
+from harness.measure.environment import command_line
 
 
 def cmd_decode(args) -> int:
     from harness.decode.run import format_decode_table, run_matrix
-    from harness.measure.environment import command_line
 
     records = run_matrix(args, command_line())
     if args.json:

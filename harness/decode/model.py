@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from harness.measure.inputs import InputError
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,6 @@ def load_weights(path, config: MLAConfig, *, dtype: torch.dtype, device) -> dict
     """Weights from a safetensors file in DeepSeek-V3's names; shapes checked against ``config``."""
     from safetensors.torch import load_file
 
-    from harness.measure.inputs import InputError
 
     try:
         tensors = load_file(str(path), device="cpu")

@@ -22,6 +22,10 @@ from harness.decode.model import PRESETS, MLAConfig, MLAModel, load_weights, ran
 from harness.decode.target_runner import TargetRunner
 from harness.measure.inputs import InputError, check_input_file
 from harness.measure.power import PowerSampler
+from harness.measure.environment import gpu_sku
+from harness.measure.records import append_records, make_record
+from harness.measure.roofline import load_ceilings, verify_work
+from verify_kernels.variants import VARIANTS
 
 
 PADDED_GREEDY = "greedy padded to the budget"  # the oracle drafter's reference with --batch-invariant-greedy
@@ -53,7 +57,6 @@ def default_gemm_table(device: str) -> str | None:
     """The tuned split-K table of this GPU (results/tuned/splitk-linear-SKU.json), if there is one."""
     if device != "cuda":
         return None
-    from harness.measure.environment import gpu_sku
     from harness.decode.splitk_linear import tuned_table_path
 
     path = tuned_table_path(gpu_sku())
@@ -86,7 +89,6 @@ def build_setup(model: MLAModel, prompt: list[int], *, context: int, max_new: in
 
 
 def floor_ms(config: MLAConfig, *, prefix_len: int, tree_nodes: int, element_bytes: int) -> dict | None:
-    from harness.measure.roofline import load_ceilings, verify_work
 
     ceilings = load_ceilings()
     if ceilings is None:
@@ -192,7 +194,6 @@ def check_decode_inputs(args, device: str, dtype: torch.dtype) -> None:
             check_input_file(getattr(args, flag), "--" + flag.replace("_", "-"))
     if getattr(args, "counters_by_kernel", False) and not getattr(args, "counters", False):
         raise InputError("--counters-by-kernel: only with --counters")
-    from verify_kernels.variants import VARIANTS
 
     known = {"auto", "reference", *VARIANTS}
     unknown = sorted(set(args.variants or []) - known)
@@ -219,7 +220,6 @@ def run_matrix(args, command: str) -> list[dict]:
     size, one greedy reference per context; a record appended to ``args.out`` after each run."""
     from tqdm import tqdm
 
-    from harness.measure.records import append_records, make_record
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("vk decode: --device: cuda requested, but torch sees no CUDA device on this machine")

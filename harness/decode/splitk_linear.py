@@ -33,6 +33,8 @@ import triton
 import triton.language as tl
 
 from verify_kernels.splits import sm_count
+from harness.measure.paths import results_dir
+from verify_kernels.kernel_spec import TritonKernelSpec
 
 MAX_ROWS = 64
 PREFETCH_STEPS = tl.constexpr(4)
@@ -198,7 +200,6 @@ def default_config(N: int, K: int, sm_count: int, block_m: int = MAX_ROWS,
 def kernel_spec(config: SplitKConfig, block_m: int, N: int, K: int, pdl: bool = False):
     """The launch of ``config`` as harness/static/triton_compile.py compiles it offline (bf16, x and w
     contiguous, the launcher's specialisation for these N and K)."""
-    from verify_kernels.kernel_spec import TritonKernelSpec
 
     k_per_split, splits = split_plan(K, config)
     return TritonKernelSpec(
@@ -230,7 +231,6 @@ class SplitKTable:
 
 def tuned_table_path(gpu_sku: str) -> Path:
     """Where vk tune-gemm stores the table for a GPU (results/tuned/splitk-linear-SKU.json)."""
-    from harness.measure.paths import results_dir
 
     return results_dir() / "tuned" / f"splitk-linear-{gpu_sku}.json"
 

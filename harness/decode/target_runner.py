@@ -28,6 +28,9 @@ from verify_kernels import trees
 
 from harness.decode.kv_pool import PagedKVCache
 from harness.decode.model import MLAModel
+from harness.measure.timing import time_graph
+from verify_kernels import contract, variants
+from verify_kernels.api import select_variant
 
 
 @dataclass
@@ -172,8 +175,6 @@ class TargetRunner:
         verify_attention resolves it); None for the float64 oracle."""
         if self.attention == "reference":
             return None
-        from verify_kernels import contract, variants
-        from verify_kernels.api import select_variant
 
         cache, config = self.cache, self.model.config
         q = torch.empty(1, bucket_nodes, config.heads, config.latent_dim, dtype=cache.pool.dtype,
@@ -188,7 +189,6 @@ class TargetRunner:
         the current prefix length, from CUDA-graph replay with L2 flushed; None on the CPU."""
         if self.cache.pool.device.type != "cuda" or self.attention == "reference":
             return None
-        from harness.measure.timing import time_graph
 
         config = self.model.config
         bucket = self._bucket(bucket_nodes)

@@ -8,11 +8,14 @@ from pathlib import Path
 
 from harness.arguments import output_file
 from harness.measure.paths import results_dir
+from harness.measure.environment import describe_environment
+from harness.measure.mma_ceiling import measure_mma_sync_tflops
+from harness.measure.records import format_index, records_index
+from harness.measure.roofline import load_ceilings, measure_ceilings, save_ceilings
 
 
 
 def cmd_ceilings(args) -> int:
-    from harness.measure.roofline import load_ceilings, measure_ceilings, save_ceilings
 
     import torch
 
@@ -25,7 +28,6 @@ def cmd_ceilings(args) -> int:
                          "torch sees none here")
     ceilings, procedure = measure_ceilings()
     try:
-        from harness.measure.mma_ceiling import measure_mma_sync_tflops
 
         mma_tflops, procedure["mma_sync"] = measure_mma_sync_tflops()
         ceilings = type(ceilings)(ceilings.gpu, ceilings.copy_tbps, ceilings.matmul_tflops, mma_tflops)
@@ -38,14 +40,12 @@ def cmd_ceilings(args) -> int:
 
 
 def cmd_env(args) -> int:
-    from harness.measure.environment import describe_environment
 
     print(json.dumps(describe_environment(), indent=1))
     return 0
 
 
 def cmd_index(args) -> int:
-    from harness.measure.records import format_index, records_index
 
     root = args.root or results_dir()
     if not root.is_dir():

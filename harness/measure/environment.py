@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 import verify_kernels
+from verify_kernels.dispatch import device_sku
 
 LIBRARY_DIR = Path(verify_kernels.__file__).resolve().parent
 SOURCE_SUFFIXES = (".py", ".cu", ".cuh")
@@ -103,7 +104,6 @@ def describe_environment() -> dict:
 
 def gpu_sku() -> str:
     """A file-name-safe GPU name, e.g. 'nvidia-h200'; 'cpu' without a GPU."""
-    from verify_kernels.dispatch import device_sku
 
     return device_sku()
 

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from harness.measure.environment import describe_environment, gpu_sku
 from harness.measure.paths import results_dir
+from harness.measure.timing import time_events
 
 CEILINGS_DIR = results_dir() / "ceilings"
 
@@ -95,7 +96,6 @@ def measure_ceilings(copy_bytes: int = 4 << 30, matmul_size: int = 8192) -> tupl
     """Device copy bandwidth and cuBLAS bf16 rate on random data, timed with the harness timer."""
     import torch
 
-    from harness.measure.timing import time_events
 
     source = torch.empty(copy_bytes // 2, dtype=torch.uint8, device="cuda").random_()
     target = torch.empty_like(source)

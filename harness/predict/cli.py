@@ -13,6 +13,10 @@ from harness.arguments import int_in, int_list_in, json_dict, prefix_lengths
 from harness.measure.inputs import check_output_dir, check_source_checkout
 from harness.measure.paths import default_optuna_storage
 from harness.predict.fitted import PARAMS_DIR, load_params, params_path
+from harness.measure.environment import git_commit
+from harness.measure.paths import results_dir
+from verify_kernels import variants
+from verify_kernels.dispatch import SHIPPED_TUNED_DIR
 
 
 def check_records(records: list[Path], variant: str, arch_name: str, fitted_on: str) -> tuple[list[dict], dict]:
@@ -46,7 +50,6 @@ def check_records(records: list[Path], variant: str, arch_name: str, fitted_on: 
 def cmd_predict(args) -> int:
     from harness.predict.fit import blocks_per_sm
     from harness.predict.model import predict
-    from verify_kernels import variants
 
     try:
         arch = load_arch(args.arch)
@@ -86,9 +89,6 @@ def cmd_predict(args) -> int:
 def cmd_predict_fit(args) -> int:
     import yaml
 
-    from harness.measure.environment import git_commit
-    from harness.measure.paths import results_dir
-    from verify_kernels import variants
     from harness.predict.fit import fit, measured_points, split_configs, validate
     from harness.predict.report import write_validation
 
@@ -156,7 +156,6 @@ def _predict_tables(args, params: dict, out_dir: Path) -> None:
     import shutil
 
     from harness.predict.report import predicted_space
-    from verify_kernels.dispatch import SHIPPED_TUNED_DIR
 
     for target in args.predict_for or []:
         table = predicted_space(args.variant, load_arch(target), target, params, args.fitted_on, out_dir)

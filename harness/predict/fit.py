@@ -20,6 +20,11 @@ from harness.static.space import STATIC_CACHE_DIR, _compile_key
 
 from verify_kernels.arch import Arch
 from .model import PARAMETERS, predict
+from harness.measure.inputs import InputError
+from harness.measure.optuna_storage import load_study
+from harness.measure.records import read_records
+from harness.static.report import static_rows
+from verify_kernels import variants
 
 SEARCH = {"tensor_efficiency": (0.2, 1.0), "smem_efficiency": (0.2, 1.0), "saturating_warps": (1.0, 64.0),
           "tile_overhead_cycles": (0.0, 4000.0), "fixed_us": (0.0, 30.0)}
@@ -31,7 +36,6 @@ def blocks_per_sm(variant: str, arch: str, config: dict) -> int:
     rows = json.loads(path.read_text()).get("rows", {}) if path.exists() else {}
     row = rows.get(_compile_key(config))
     if row is None:
-        from harness.static.report import static_rows
 
         row = static_rows(variant, arch, [config])[0]
     return int(row.get("blocks_per_sm") or 0)
@@ -40,9 +44,6 @@ def blocks_per_sm(variant: str, arch: str, config: dict) -> int:
 def measured_points(paths: list[Path], variant: str) -> list[dict]:
     """ok records of ``variant``: shape, resolved config (kv_splits as the launch chose it), median.
     A record whose config is not the variant's current tunables (an older kernel's) is refused."""
-    from harness.measure.inputs import InputError
-    from harness.measure.records import read_records
-    from verify_kernels import variants
 
     from verify_kernels.planner import PLAN_KEYS
 
@@ -69,8 +70,6 @@ def study_points(storage: str, study_name: str) -> list[dict]:
     applies on the fitted arch) and median."""
     import optuna
 
-    from harness.measure.inputs import InputError
-    from harness.measure.optuna_storage import load_study
 
     study = load_study(storage, study_name)
     key = study.user_attrs.get("key")

@@ -11,6 +11,8 @@ from harness.measure.environment import command_line, git_commit
 from verify_kernels.arch import Arch
 from .fit import config_key, predicted_ms
 from .model import predict
+from harness.static.space import kernel_source_hash, resolve, static_feasibility
+from verify_kernels.dispatch import l_bucket
 
 # Configs predicted within this fraction of the best are ones the model cannot tell apart: the fit's
 # held-out error is several times larger (results/predict/validation-*.md). Among them the table takes
@@ -73,8 +75,6 @@ def write_predicted_table(records: list[dict], path: Path) -> None:
     Other variants' records already in ``path`` are kept: the table holds every predicted variant."""
     import yaml
 
-    from harness.static.space import kernel_source_hash
-    from verify_kernels.dispatch import l_bucket
 
     variants_here = {record["variant"] for record in records}
     table = {key: record for key, record in ((yaml.safe_load(path.read_text()) or {}) if path.exists() else {}).items()
@@ -119,7 +119,6 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
     key to results/predict/<variant>-<arch>-predicted.{md,jsonl}, each record ``predicted: true``."""
     from tabulate import tabulate
 
-    from harness.static.space import resolve, static_feasibility
     # What reproduces these records: the command and the checkout's commit (taken before anything is written).
     checkout = git_commit()
     provenance = {"command": command_line(), "git_commit": checkout["commit"], "git_dirty": checkout["dirty"]}

@@ -7,12 +7,13 @@ import json
 from verify_kernels.arch import known_arches
 
 from harness.arguments import json_dict
+from harness.static.report import default_rows, format_rows, space_report
+from harness.static.resources import default_configs
+from verify_kernels import VARIANTS
 
 
 def cmd_static(args) -> int:
-    from verify_kernels import VARIANTS
 
-    from harness.static.report import default_rows, format_rows
 
     if args.variant and args.variant not in VARIANTS:
         raise SystemExit(f"vk static: --variant: unknown {args.variant!r}; the variants are {list(VARIANTS)}")
@@ -22,7 +23,6 @@ def cmd_static(args) -> int:
     if args.space:
         if args.config:
             raise SystemExit("vk static: --config: not with --space (the space is the search space's configs)")
-        from harness.static.report import space_report
 
         print(space_report(names, args.arch, args.json))
         return 0
@@ -39,7 +39,6 @@ def cmd_static(args) -> int:
 
 def check_config_keys(names: list[str], archs: list[str], config: dict) -> None:
     """A --config key no variant named knows is refused, as the API refuses it."""
-    from harness.static.resources import default_configs
 
     known = set()
     for name in names:

@@ -29,6 +29,7 @@ from verify_kernels.arch import load_arch
 import search_spaces
 from harness.measure.paths import results_dir
 from harness.static.resources import static_rows
+from verify_kernels.cupy_launch import included_headers
 
 SPACES_DIR = search_spaces.SPACES_DIR
 STATIC_CACHE_DIR = results_dir() / "static"
@@ -158,7 +159,6 @@ def kernel_source_files(variant: str) -> list[Path]:
     source = variants.optional(module, "SOURCE")
     if not source:
         return files
-    from verify_kernels.cupy_launch import included_headers
 
     return [*files, Path(source), *included_headers(Path(source))]
 

@@ -10,6 +10,11 @@ from verify_kernels.arch import known_arches
 
 from harness.arguments import PREFIX_MAX, float_at_least, int_in, int_list_in, output_file, prefix_lengths, seed
 from harness.measure.inputs import check_source_checkout, read_yaml_mapping
+from harness.tune.quality import format_quality, plot_quality, trials_to_reach
+from harness.tune.run import run_tune
+from harness.tune.study import TUNED_DIR, check_winners, publish_winners
+from verify_kernels import dispatch, variants
+from verify_kernels.dispatch import SHIPPED_TUNED_DIR
 
 
 def needs_optuna(command: str) -> None:
@@ -21,7 +26,6 @@ def needs_optuna(command: str) -> None:
 
 def cmd_tune(args) -> int:
     needs_optuna("tune")
-    from harness.tune.run import run_tune
 
     return run_tune(args, sys.argv[1:])
 
@@ -29,9 +33,7 @@ def cmd_tune(args) -> int:
 def tuned_tables(args) -> list[tuple[str, Path]]:
     """(kind, path) of the tables ``vk tuned`` shows: --file, else every measured table under
     results/tuned/ and every table shipped in the package (verify_kernels/tuned/)."""
-    from verify_kernels.dispatch import SHIPPED_TUNED_DIR
 
-    from harness.tune.study import TUNED_DIR
 
     if args.file:
         return [("given", args.file)]
@@ -90,7 +92,6 @@ def compare_tables(first: Path, second: Path) -> list[dict]:
 def explain_auto(args) -> str:
     """What ``variant="auto"`` would run on ``--arch`` (and GPU ``--gpu``) for one shape, and which record,
     in which table, decided it (verify_kernels.dispatch.choose)."""
-    from verify_kernels import dispatch, variants
 
     bucket = dispatch.l_bucket(args.prefix + args.tree)
     choice = dispatch.choose(args.gpu or "(no GPU named)", args.arch, bucket, args.tree, args.heads, args.page_size,
@@ -118,7 +119,6 @@ def explain_auto(args) -> str:
 def cmd_tuned(args) -> int:
     import yaml
 
-    from harness.tune.study import check_winners, publish_winners
 
     if args.explain:
         missing = [flag for flag, value in (("--arch", args.arch), ("--prefix", args.prefix), ("--tree", args.tree),
@@ -198,7 +198,6 @@ def publish_problems(table: dict) -> list[str]:
 
 def cmd_tune_quality(args) -> int:
     needs_optuna("tune-quality")
-    from harness.tune.quality import format_quality, plot_quality, trials_to_reach
 
     result = trials_to_reach(args.storage, args.study, seeds=args.seeds, within=args.within)
     print(format_quality(result))

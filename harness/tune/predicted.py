@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from harness.measure.paths import results_dir
+from harness.static.space import resolve
+from harness.tune.study import DEFAULT_STORAGE, tune_key
 
 
 def run_predicted_tune(args, tune_keys) -> int:
@@ -19,11 +22,8 @@ def run_predicted_tune(args, tune_keys) -> int:
     import optuna
     from tabulate import tabulate
 
-    from harness.measure.paths import results_dir
     from harness.predict.objective import predicted_evaluator
     from harness.predict.report import write_predicted_table
-    from harness.static.space import resolve
-    from harness.tune.study import DEFAULT_STORAGE, tune_key
 
     if not args.arch:
         raise SystemExit("vk tune: --objective predicted: give --arch, the arch to predict for (e.g. sm_120)")

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import statistics
+from harness.measure.figures import finish, saved_figure
+from harness.measure.inputs import InputError
+from harness.measure.optuna_storage import load_study
 
 
 def measured_table(storage: str, study_name: str) -> tuple[dict[str, float], dict[str, list]]:
     import optuna
 
-    from harness.measure.inputs import InputError
-    from harness.measure.optuna_storage import load_study
 
     study = load_study(storage, study_name)
     table, values = {}, {}
@@ -73,7 +74,6 @@ def trials_to_reach(storage: str, study_name: str, *, seeds: int = 5, within: fl
 
 def plot_quality(result: dict, path) -> None:
     """Best-so-far latency against measured trials, one line per seed, with the 3% band."""
-    from harness.measure.figures import finish, saved_figure
 
     best = result["best_ms"]
     with saved_figure(path) as (figure, axis):

@@ -10,13 +10,19 @@ from pathlib import Path
 
 from verify_kernels.arch import device_arch, known_arches
 from verify_kernels.splits import CPU_ARCH
+from harness.measure.environment import gpu_sku
+from harness.measure.paths import default_optuna_storage
+from harness.static.space import kernel_source_hash, resolve
+from harness.tune.predicted import run_predicted_tune
+from harness.tune.study import (DEFAULT_STORAGE, TuneKey, neighbour_winners, save_winner, tune_key,
+    winner_record, winners_path)
+from verify_kernels import variants
+from verify_kernels.dispatch import SHIPPED_TUNED_DIR, l_bucket, load_tuned
 
 
 def tune_keys(args, sku: str):
     """The keys the arguments name: variants x prefix lengths x tree sizes x heads."""
-    from verify_kernels.dispatch import l_bucket
 
-    from harness.tune.study import TuneKey
 
     for variant in args.variants:
         for length in args.prefix:
@@ -29,15 +35,12 @@ def run_tune(args, argv: list[str]) -> int:
     """Tune every key the arguments name (or fan out to --workers processes), then print the winners."""
     import torch
 
-    from harness.static.space import resolve
-    from harness.tune.study import DEFAULT_STORAGE, neighbour_winners, save_winner, tune_key, winner_record, winners_path
 
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the tables below say what happened; one line per refusal
     check_tune_inputs(args)
     if args.objective == "predicted":
-        from harness.tune.predicted import run_predicted_tune
 
         return run_predicted_tune(args, tune_keys)
     fake = bool(os.environ.get("VK_TUNE_FAKE"))
@@ -93,7 +96,6 @@ def run_tune(args, argv: list[str]) -> int:
 def predicted_ties(arch: str, key) -> list[dict]:
     """The configs the shipped predicted table of ``arch`` could not tell apart at ``key`` (its
     ``model_ties``; harness/predict/report.py), for a proxy tune to measure first."""
-    from verify_kernels.dispatch import SHIPPED_TUNED_DIR, load_tuned
 
     for record in load_tuned(f"predicted-{arch}", str(SHIPPED_TUNED_DIR)).values():
         if (record["variant"], record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"]) == (
@@ -106,8 +108,6 @@ def check_tune_inputs(args) -> None:
     """Refuse what no key could run, before a worker, a GPU or a study is touched: unknown variants,
     a page size none of them runs, a storage that cannot be opened."""
     from harness.measure.optuna_storage import open_storage
-    from harness.measure.paths import default_optuna_storage
-    from verify_kernels import variants
 
     unknown = sorted(set(args.variants) - set(variants.VARIANTS))
     if unknown:
@@ -126,7 +126,6 @@ def proxy_label(sku: str, arch: str) -> str:
 
 
 def gpu_sku_or_fake(fake: bool) -> str:
-    from harness.measure.environment import gpu_sku
 
     sku = gpu_sku()
     return "fake-" + sku if fake else sku
@@ -138,7 +137,6 @@ def _tune_workers(args, argv: list[str]) -> int:
 
     import torch
 
-    from harness.static.space import kernel_source_hash
     from harness.tune.study import DEFAULT_STORAGE, open_storage, open_study
 
     storage = args.storage or DEFAULT_STORAGE

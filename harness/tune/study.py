@@ -34,6 +34,7 @@ from harness.static.space import candidates as search_candidates
 from harness.measure.optuna_storage import open_storage, reap_interrupted, requeue, worker_identity
 from harness.tune.trial_process import TrialProcess
 from verify_kernels.variants import VARIANTS
+from verify_kernels.dispatch import SHIPPED_TUNED_DIR
 
 TUNED_DIR = results_dir() / "tuned"
 DEFAULT_STORAGE = default_optuna_storage()
@@ -327,7 +328,6 @@ def publish_winners(path: Path) -> Path:
     ``variant="auto"`` reads it; returns where it went."""
     import shutil
 
-    from verify_kernels.dispatch import SHIPPED_TUNED_DIR
 
     SHIPPED_TUNED_DIR.mkdir(parents=True, exist_ok=True)
     target = SHIPPED_TUNED_DIR / path.name

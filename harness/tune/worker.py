@@ -21,6 +21,8 @@ import os
 import sys
 import time
 import zlib
+from harness.bench.sweep import BenchPoint, bench_point
+from verify_kernels import make_problem, reference_attention
 
 
 def fake_cost_ms(config: dict) -> float:
@@ -35,7 +37,6 @@ _problem_cache: dict = {}  # the last (shape -> (problem, oracle output)); a wor
 def _problem_and_reference(point, seed: int):
     import torch
 
-    from verify_kernels import make_problem, reference_attention
 
     shape = (point.prefix_len, point.tree_nodes, point.heads, point.page_size, point.dtype, seed)
     if shape not in _problem_cache:
@@ -48,7 +49,6 @@ def _problem_and_reference(point, seed: int):
 
 def measure(job: dict) -> dict:
     """The bench's own point runner: oracle check first, then the harness timer."""
-    from harness.bench.sweep import BenchPoint, bench_point
 
     point = BenchPoint(job["variant"], job["prefix_len"], job["tree_nodes"], job["heads"], job["page_size"],
                        dtype=job["dtype"], config=tuple(sorted(job["config"].items())))
