@@ -51,7 +51,6 @@ def cmd_check(args) -> int:
     out = args.out or results_dir() / "check" / f"{gpu_sku() if device == 'cuda' else 'cpu'}.jsonl"
     jobs = check_jobs(names, cases)
     if args.resume and Path(out).exists():
-
         done = recorded_jobs(read_records(out, "check", flag="--out"))
         left = [job for job in jobs if job_key(job[0], job[1].name, job[2], job[3]) not in done]
         print(f"vk check: --resume: {len(jobs) - len(left)} cases already in {out}, {len(left)} to run", file=sys.stderr)
@@ -130,7 +129,6 @@ def cmd_bench(args) -> int:
 
     from harness.bench.sweep import format_table, run_sweep, sweep_points
 
-
     settings = _bench_settings(args)
     kinds = [settings["tree_kind"]] if isinstance(settings["tree_kind"], str) else list(settings["tree_kind"])
     if not kinds or set(kinds) - set(TREE_GENERATORS):
@@ -148,7 +146,6 @@ def cmd_bench(args) -> int:
         raise SystemExit("vk bench: needs a CUDA GPU (timings on the CPU interpreter mean nothing)")
     out = args.out or results_dir() / "bench" / f"{gpu_sku()}.jsonl"
     if args.resume and Path(out).exists():
-
         done = recorded_points(read_records(out))
         skipped = sum(point in done for point in points)
         points = [point for point in points if point not in done]
@@ -163,7 +160,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_report(args) -> int:
-
     out = args.out or results_dir() / "report" / args.inputs[0].stem
     markdown, images = write_report(args.inputs, out, args.title or f"Benchmarks: {args.inputs[0].stem}",
                                     peers=args.peers)

@@ -147,7 +147,6 @@ def load_weights(path, config: MLAConfig, *, dtype: torch.dtype, device) -> dict
     """Weights from a safetensors file in DeepSeek-V3's names; shapes checked against ``config``."""
     from safetensors.torch import load_file
 
-
     try:
         tensors = load_file(str(path), device="cpu")
     except Exception as error:  # safetensors raises its own error type for a file that is not one

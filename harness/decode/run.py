@@ -89,7 +89,6 @@ def build_setup(model: MLAModel, prompt: list[int], *, context: int, max_new: in
 
 
 def floor_ms(config: MLAConfig, *, prefix_len: int, tree_nodes: int, element_bytes: int) -> dict | None:
-
     ceilings = load_ceilings()
     if ceilings is None:
         return None
@@ -219,7 +218,6 @@ def run_matrix(args, command: str) -> list[dict]:
     """Every (context, variant, budget) of the arguments: one model, one cache per context and page
     size, one greedy reference per context; a record appended to ``args.out`` after each run."""
     from tqdm import tqdm
-
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("vk decode: --device: cuda requested, but torch sees no CUDA device on this machine")

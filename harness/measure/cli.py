@@ -16,7 +16,6 @@ from harness.measure.roofline import load_ceilings, measure_ceilings, save_ceili
 
 
 def cmd_ceilings(args) -> int:
-
     import torch
 
     cached = load_ceilings()
@@ -28,7 +27,6 @@ def cmd_ceilings(args) -> int:
                          "torch sees none here")
     ceilings, procedure = measure_ceilings()
     try:
-
         mma_tflops, procedure["mma_sync"] = measure_mma_sync_tflops()
         ceilings = type(ceilings)(ceilings.gpu, ceilings.copy_tbps, ceilings.matmul_tflops, mma_tflops)
     except ImportError as error:
@@ -40,13 +38,11 @@ def cmd_ceilings(args) -> int:
 
 
 def cmd_env(args) -> int:
-
     print(json.dumps(describe_environment(), indent=1))
     return 0
 
 
 def cmd_index(args) -> int:
-
     root = args.root or results_dir()
     if not root.is_dir():
         raise SystemExit(f"vk index: --root: no such folder: {root}")

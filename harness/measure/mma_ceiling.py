@@ -7,6 +7,7 @@ independent m16n8k16 chains from registers; timed with the harness timer.
 from __future__ import annotations
 
 from pathlib import Path
+
 from harness.measure.timing import time_events
 
 SOURCE = Path(__file__).resolve().parent / "mma_peak.cu"
@@ -17,7 +18,6 @@ def measure_mma_sync_tflops(iters: int = 4096, chains: int = 8, blocks_per_sm: i
     import cupy
     import numpy as np
     import torch
-
 
     device = torch.cuda.current_device()
     sms = torch.cuda.get_device_properties(device).multi_processor_count

@@ -96,7 +96,6 @@ def measure_ceilings(copy_bytes: int = 4 << 30, matmul_size: int = 8192) -> tupl
     """Device copy bandwidth and cuBLAS bf16 rate on random data, timed with the harness timer."""
     import torch
 
-
     source = torch.empty(copy_bytes // 2, dtype=torch.uint8, device="cuda").random_()
     target = torch.empty_like(source)
     copy = time_events(lambda: target.copy_(source), rep_ms=300)

@@ -36,7 +36,6 @@ def blocks_per_sm(variant: str, arch: str, config: dict) -> int:
     rows = json.loads(path.read_text()).get("rows", {}) if path.exists() else {}
     row = rows.get(_compile_key(config))
     if row is None:
-
         row = static_rows(variant, arch, [config])[0]
     return int(row.get("blocks_per_sm") or 0)
 
@@ -69,7 +68,6 @@ def study_points(storage: str, study_name: str) -> list[dict]:
     study's key for the shape, each trial's config (kv_splits 0: the kernel's rule, which the model
     applies on the fitted arch) and median."""
     import optuna
-
 
     study = load_study(storage, study_name)
     key = study.user_attrs.get("key")

@@ -75,7 +75,6 @@ def write_predicted_table(records: list[dict], path: Path) -> None:
     Other variants' records already in ``path`` are kept: the table holds every predicted variant."""
     import yaml
 
-
     variants_here = {record["variant"] for record in records}
     table = {key: record for key, record in ((yaml.safe_load(path.read_text()) or {}) if path.exists() else {}).items()
              if record["variant"] not in variants_here}

@@ -13,8 +13,6 @@ from verify_kernels import VARIANTS
 
 
 def cmd_static(args) -> int:
-
-
     if args.variant and args.variant not in VARIANTS:
         raise SystemExit(f"vk static: --variant: unknown {args.variant!r}; the variants are {list(VARIANTS)}")
     names = [args.variant] if args.variant else list(VARIANTS)

@@ -34,7 +34,6 @@ def tuned_tables(args) -> list[tuple[str, Path]]:
     """(kind, path) of the tables ``vk tuned`` shows: --file, else every measured table under
     results/tuned/ and every table shipped in the package (verify_kernels/tuned/)."""
 
-
     if args.file:
         return [("given", args.file)]
     shipped = sorted(SHIPPED_TUNED_DIR.glob("*.yaml"))
@@ -118,7 +117,6 @@ def explain_auto(args) -> str:
 
 def cmd_tuned(args) -> int:
     import yaml
-
 
     if args.explain:
         missing = [flag for flag, value in (("--arch", args.arch), ("--prefix", args.prefix), ("--tree", args.tree),

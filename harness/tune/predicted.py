@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+
 from harness.measure.paths import results_dir
 from harness.static.space import resolve
 from harness.tune.study import DEFAULT_STORAGE, tune_key

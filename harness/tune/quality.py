@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import statistics
+
 from harness.measure.figures import finish, saved_figure
 from harness.measure.inputs import InputError
 from harness.measure.optuna_storage import load_study
@@ -18,7 +19,6 @@ from harness.measure.optuna_storage import load_study
 
 def measured_table(storage: str, study_name: str) -> tuple[dict[str, float], dict[str, list]]:
     import optuna
-
 
     study = load_study(storage, study_name)
     table, values = {}, {}

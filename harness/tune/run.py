@@ -8,22 +8,21 @@ import os
 import sys
 from pathlib import Path
 
-from verify_kernels.arch import device_arch, known_arches
-from verify_kernels.splits import CPU_ARCH
 from harness.measure.environment import gpu_sku
+from harness.measure.optuna_storage import open_storage
 from harness.measure.paths import default_optuna_storage
 from harness.static.space import kernel_source_hash, resolve
 from harness.tune.predicted import run_predicted_tune
-from harness.tune.study import (DEFAULT_STORAGE, TuneKey, neighbour_winners, save_winner, tune_key,
-    winner_record, winners_path)
+from harness.tune.study import (DEFAULT_STORAGE, TuneKey, neighbour_winners, open_study, save_winner, tune_key,
+                                winner_record, winners_path)
 from verify_kernels import variants
+from verify_kernels.arch import device_arch, known_arches
 from verify_kernels.dispatch import SHIPPED_TUNED_DIR, l_bucket, load_tuned
+from verify_kernels.splits import CPU_ARCH
 
 
 def tune_keys(args, sku: str):
     """The keys the arguments name: variants x prefix lengths x tree sizes x heads."""
-
-
     for variant in args.variants:
         for length in args.prefix:
             for nodes in args.tree:
@@ -35,13 +34,11 @@ def run_tune(args, argv: list[str]) -> int:
     """Tune every key the arguments name (or fan out to --workers processes), then print the winners."""
     import torch
 
-
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # the tables below say what happened; one line per refusal
     check_tune_inputs(args)
     if args.objective == "predicted":
-
         return run_predicted_tune(args, tune_keys)
     fake = bool(os.environ.get("VK_TUNE_FAKE"))
     if not torch.cuda.is_available() and not fake:
@@ -107,8 +104,6 @@ def predicted_ties(arch: str, key) -> list[dict]:
 def check_tune_inputs(args) -> None:
     """Refuse what no key could run, before a worker, a GPU or a study is touched: unknown variants,
     a page size none of them runs, a storage that cannot be opened."""
-    from harness.measure.optuna_storage import open_storage
-
     unknown = sorted(set(args.variants) - set(variants.VARIANTS))
     if unknown:
         raise SystemExit(f"vk tune: --variants: unknown {unknown}; expected some of {sorted(variants.VARIANTS)}")
@@ -126,7 +121,6 @@ def proxy_label(sku: str, arch: str) -> str:
 
 
 def gpu_sku_or_fake(fake: bool) -> str:
-
     sku = gpu_sku()
     return "fake-" + sku if fake else sku
 
@@ -137,8 +131,6 @@ def _tune_workers(args, argv: list[str]) -> int:
 
     import torch
 
-    from harness.tune.study import DEFAULT_STORAGE, open_storage, open_study
-
     storage = args.storage or DEFAULT_STORAGE
     if storage.startswith("sqlite:///"):
         Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -146,9 +138,10 @@ def _tune_workers(args, argv: list[str]) -> int:
     sku = args.gpu or gpu_sku_or_fake(bool(os.environ.get("VK_TUNE_FAKE")))
     if getattr(args, "constrain_to", None):
         sku = proxy_label(sku, args.constrain_to)
+    hashes = {variant: kernel_source_hash(variant) for variant in args.variants}
     for key in tune_keys(args, sku):
         open_study(key.study_name + ("|exhaustive" if args.exhaustive else ""), opened, args.seed,
-                   kernel_source_hash(key.variant), args.timing)
+                   hashes[key.variant], args.timing)
     gpus = max(1, torch.cuda.device_count())
     argv = _without_option(argv, "--workers")
     processes = []

@@ -328,7 +328,6 @@ def publish_winners(path: Path) -> Path:
     ``variant="auto"`` reads it; returns where it went."""
     import shutil
 
-
     SHIPPED_TUNED_DIR.mkdir(parents=True, exist_ok=True)
     target = SHIPPED_TUNED_DIR / path.name
     shutil.copyfile(path, target)

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 import zlib
+
 from harness.bench.sweep import BenchPoint, bench_point
 from verify_kernels import make_problem, reference_attention
 
@@ -36,7 +37,6 @@ _problem_cache: dict = {}  # the last (shape -> (problem, oracle output)); a wor
 
 def _problem_and_reference(point, seed: int):
     import torch
-
 
     shape = (point.prefix_len, point.tree_nodes, point.heads, point.page_size, point.dtype, seed)
     if shape not in _problem_cache:
