@@ -178,14 +178,19 @@ def tune_key(key: TuneKey, target: VariantOnArch, *, storage: str, trials: int |
     reap_interrupted(study, opened)  # trials a killed run left RUNNING: failed, queued again, not counted
     study.set_user_attr("key", asdict(key))
     study.set_user_attr("arch", target.arch)
-    if not study.trials:
-        queue = ([c.config for c in feasible.values()] if exhaustive
-                 else [default_config_for(target), *warm_start])
-        for config in queue:
-            if canonical(config) in feasible:
-                study.enqueue_trial(config, skip_if_exists=True)
     if exhaustive:
         trials = len(feasible)
+    # A budget that covers the whole feasible space measures the space, in a fixed order: a sampler
+    # asked for the last few unmeasured configs of a small space proposes hundreds of duplicates.
+    covers_space = trials is not None and trials >= len(feasible)
+    if not study.trials or covers_space:
+        queue = [default_config_for(target), *warm_start] if not exhaustive else []
+        if covers_space:
+            queue += [c.config for c in feasible.values()]
+        done = {canonical(t.params) for t in study.trials if t.state.is_finished()}
+        for config in queue:
+            if canonical(config) in feasible and canonical(config) not in done:
+                study.enqueue_trial(config, skip_if_exists=True)
     budget = None if trials is None else min(trials, len(feasible))
     stop = _StopAfterMeasured(budget, max_proposals=None if budget is None else PROPOSALS_PER_TRIAL * budget)
     if stop.reached(study):

@@ -209,6 +209,20 @@ def test_exhaustive_study_measures_every_feasible_config_once(tmp_path, fake_env
     assert measured == set(subset)
 
 
+def test_a_budget_covering_the_space_measures_it_without_sampler_churn(tmp_path, fake_env):
+    """--trials >= the feasible count (sm_120's small spaces): every feasible config once, in as many
+    trials, instead of hundreds of duplicate proposals near the end."""
+    space, feasible, rejected = tune.feasible_space(TARGET, progress=False, compile=False)
+    subset = dict(list(feasible.items())[3:9])
+    study = tune.tune_key(KEY, TARGET, storage=f"sqlite:///{tmp_path / 'small.db'}", trials=len(subset) + 3,
+                          minutes=None, seed=0, warm_start=[], timeout_s=60, rep_ms=10, progress=False,
+                          compile=False, feasible_override=(space, subset, rejected))
+    measured = [json.dumps(t.params, sort_keys=True) for t in study.trials
+                if t.state == optuna.trial.TrialState.COMPLETE]
+    assert sorted(measured) == sorted(subset)
+    assert len(study.trials) <= len(subset) + 1  # the default config is outside the subset: pruned once
+
+
 def test_workers_share_one_storage_and_stop_at_the_trial_budget(tmp_path, fake_env):
     """--workers 2 on one machine (the multi-GPU path with every worker on this CPU): one study,
     the budget respected, the winners written once at the end."""
