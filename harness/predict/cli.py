@@ -10,26 +10,23 @@ from pathlib import Path
 from verify_kernels.arch import known_arches, load_arch
 
 from harness.arguments import int_in, int_list_in, json_dict, prefix_lengths
-from harness.measure.inputs import check_output_dir, check_source_checkout
+from harness.measure.inputs import InputError, check_output_dir, check_source_checkout
 from harness.measure.paths import default_optuna_storage
 from harness.predict.fitted import PARAMS_DIR, load_params, params_path
 from harness.measure.environment import git_commit
 from harness.measure.paths import results_dir
 from verify_kernels import variants
-from verify_kernels.dispatch import SHIPPED_TUNED_DIR
+from verify_kernels.dispatch import SHIPPED_TUNED_DIR, l_bucket, load_tuned
 
 
-def check_records(records: list[Path], variant: str, arch_name: str, fitted_on: str) -> tuple[list[dict], dict]:
-    """Every ok record of ``variant`` in ``records`` against its prediction on ``arch_name`` with the
+def check_points(points: list[dict], variant: str, arch_name: str, fitted_on: str) -> tuple[list[dict], dict]:
+    """Measured ``points`` of ``variant`` against their prediction on ``arch_name`` with the
     parameters fitted on ``fitted_on``: per shape key (as vk predict-fit validates held-out configs,
     here over all configs) and overall (points, median and worst |% error|, Spearman over all)."""
     import numpy as np
 
-    from harness.predict.fit import blocks_per_sm, config_key, measured_points, predicted_ms, spearman, validate
+    from harness.predict.fit import blocks_per_sm, config_key, predicted_ms, spearman, validate
 
-    points = measured_points(records, variant)
-    if not points:
-        raise SystemExit(f"vk predict: --check: no ok records of {variant!r} in {[str(p) for p in records]}")
     arch = load_arch(arch_name)
     params = load_params(variant, fitted_on)["params"]
     keys = {config_key(p["config"]) for p in points}
@@ -47,6 +44,81 @@ def check_records(records: list[Path], variant: str, arch_name: str, fitted_on: 
     return rows, overall
 
 
+TIE = 0.01  # predicted times within 1% of the predicted best: the model cannot tell these configs apart
+
+
+def proxy_rows(points: list[dict], variant: str, arch_name: str, fitted_on: str, proxy_for: str) -> list[dict]:
+    """Per key of a proxy measurement: Spearman, the predicted pick's measured time over the
+    measured best, how many configs the model ties with its pick (within ``TIE``), with the best
+    measured time among those ties over the measured best (what a proxy run of the ties would pick),
+    and the shipped predicted ``proxy_for`` table's pick over ``proxy_for``'s default config, both
+    as measured here."""
+    from harness.predict.fit import blocks_per_sm, config_key, predicted_ms, spearman
+
+    arch = load_arch(arch_name)
+    params = load_params(variant, fitted_on)["params"]
+    blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key)) for key in {config_key(p["config"]) for p in points}}
+    default = variants.defaults_for(variants.load_variant(variant), proxy_for)
+    shipped_picks = shipped_predicted_picks(variant, proxy_for)
+    rows = []
+    for key in sorted({(p["prefix_len"], p["tree_nodes"], p["heads"]) for p in points}):
+        group = [p for p in points if (p["prefix_len"], p["tree_nodes"], p["heads"]) == key
+                 and blocks[config_key(p["config"])] >= 1]
+        if len(group) < 2:
+            continue
+        predicted = [predicted_ms(p, variant, arch, blocks, params) for p in group]
+        measured = [p["measured_ms"] for p in group]
+        best, pick = min(measured), min(range(len(group)), key=predicted.__getitem__)
+        ties = [i for i in range(len(group)) if predicted[i] <= predicted[pick] * (1 + TIE)]
+        by_config = {config_key(p["config"]): p["measured_ms"] for p in group}
+        default_ms = by_config.get(config_key({k: v for k, v in default.items() if k in group[0]["config"]}))
+        shipped = shipped_picks.get((l_bucket(key[0]), key[1], key[2]))
+        shipped_ms = by_config.get(config_key(shipped)) if shipped else None
+        rows.append({"prefix_len": key[0], "tree_nodes": key[1], "heads": key[2], "configs": len(group),
+                     "spearman": spearman(predicted, measured), "pick_vs_best": measured[pick] / best,
+                     "ties": len(ties), "ties_best_vs_best": min(measured[i] for i in ties) / best,
+                     "shipped_vs_default": shipped_ms / default_ms if shipped_ms and default_ms else None})
+    return rows
+
+
+def shipped_predicted_picks(variant: str, arch_name: str) -> dict:
+    """The shipped predicted table's config per (L bucket, T, H) at page 64 for ``variant`` on ``arch_name``."""
+    return {(r["l_bucket"], r["tree_nodes"], r["heads"]): r["config"]
+            for r in load_tuned(f"predicted-{arch_name}", str(SHIPPED_TUNED_DIR)).values()
+            if r["variant"] == variant and r["page_size"] == 64}
+
+
+def write_proxy_validation(rows: list[dict], variant: str, proxy_for: str, fitted_on: str, storage: str,
+                           out: Path) -> str:
+    """The proxy validation as markdown (issue 35's targets: Spearman >= 0.8 per key, the pick within
+    10% of the best at >= 90% of keys), written to ``out``; returns the text."""
+    from tabulate import tabulate
+
+    spearman_ok = sum(r["spearman"] >= 0.8 for r in rows)
+    pick_ok = sum(r["pick_vs_best"] <= 1.10 for r in rows)
+    tied = sum(r["ties"] > 1 for r in rows)
+    shipped = [r["shipped_vs_default"] for r in rows if r["shipped_vs_default"] is not None]
+    table = tabulate([(f"{r['prefix_len']:,}", r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
+                       f"{r['pick_vs_best']:.3f}", r["ties"], f"{r['ties_best_vs_best']:.3f}",
+                       "-" if r["shipped_vs_default"] is None else f"{r['shipped_vs_default']:.3f}") for r in rows],
+                     headers=["L", "T", "H", "configs", "Spearman", "pick / best", "tied with pick",
+                              "best of ties / best", f"shipped {proxy_for} pick / default"], tablefmt="github")
+    text = (f"# Predictor validation on the {proxy_for} proxy: {variant}, parameters fitted on {fitted_on}\n\n"
+            f"Every {proxy_for}-legal config a proxy tune measured on this GPU (storage `{storage}`), against the "
+            f"predictor's time for the same config on {fitted_on} (this GPU's rates and occupancy). Commit "
+            f"{git_commit().get('commit')}; command: `vk predict --variant {variant} --arch {fitted_on} "
+            f"--check-proxy {proxy_for} --proxy-storage {storage}`.\n\n{table}\n\n"
+            f"Spearman >= 0.8 at {spearman_ok} of {len(rows)} keys; the predicted pick within 10% of the measured "
+            f"best at {pick_ok} of {len(rows)} ({100 * pick_ok / max(1, len(rows)):.0f}%; target 90%). The model "
+            f"ties its pick with other configs (within {100 * TIE:.0f}%) at {tied} keys: there a proxy measurement "
+            f"of the ties decides (`vk tune --constrain-to` queues them first). The shipped predicted {proxy_for} "
+            f"table's pick, measured here, against {proxy_for}'s default config: slower at "
+            f"{sum(x > 1.01 for x in shipped)} of {len(shipped)} keys it answers (worst {max(shipped, default=1):.2f}x).\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    return text
+
+
 def cmd_predict(args) -> int:
     from harness.predict.fit import blocks_per_sm
     from harness.predict.model import predict
@@ -56,10 +128,27 @@ def cmd_predict(args) -> int:
         module = variants.load_variant(args.variant)
     except ValueError as error:
         raise SystemExit(f"vk predict: {error}") from None
+    if args.check_proxy:
+        from harness.predict.fit import proxy_points
+
+        try:
+            points = proxy_points(args.proxy_storage, args.variant, args.check_proxy)
+        except InputError as error:
+            raise SystemExit(f"vk predict: {error}") from None
+        rows = proxy_rows(points, args.variant, args.arch, args.fitted_on, args.check_proxy)
+        out = results_dir() / "predict" / f"proxy-validation-{args.variant}-{args.check_proxy}.md"
+        check_output_dir(out.parent, "results folder")
+        print(write_proxy_validation(rows, args.variant, args.check_proxy, args.fitted_on, args.proxy_storage, out))
+        print(f"wrote {out}")
+        return 0
     if args.check:
         from tabulate import tabulate
+        from harness.predict.fit import measured_points
 
-        rows, overall = check_records(args.check, args.variant, args.arch, args.fitted_on)
+        points = measured_points(args.check, args.variant)
+        if not points:
+            raise SystemExit(f"vk predict: --check: no ok records of {args.variant!r} in {[str(p) for p in args.check]}")
+        rows, overall = check_points(points, args.variant, args.arch, args.fitted_on)
         print(tabulate([(f"{r['prefix_len']:,}", r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
                          f"{r['predicted_best_vs_best']:.3f}", f"{r['median_abs_pct_error']:.1f}") for r in rows],
                        headers=["L", "T", "H", "configs", "Spearman", "predicted-best / best", "median |% error|"]))
@@ -179,6 +268,12 @@ def add_commands(sub) -> None:
     predict.add_argument("--check", type=Path, nargs="+", metavar="RECORDS",
                          help="bench JSONL files measured on --arch: report the predictor's error against them "
                               "(per shape: Spearman, predicted-best / best, median |%% error|) instead of predicting")
+    predict.add_argument("--check-proxy", choices=known_arches(), metavar="ARCH",
+                         help="validate on a proxy tune instead: every config `vk tune --constrain-to ARCH` measured "
+                              "(--proxy-storage) against its prediction on --arch, this GPU's arch; writes "
+                              "results/predict/proxy-validation-<variant>-<ARCH>.md")
+    predict.add_argument("--proxy-storage", default="sqlite:///results/tuned/optuna-proxy-sm_120.db",
+                         help="the Optuna storage of the proxy tune")
     predict.set_defaults(func=cmd_predict)
 
     fit = sub.add_parser("predict-fit", help="fit the predictor on records, validate on held-out configs")

@@ -80,6 +80,19 @@ def study_points(storage: str, study_name: str) -> list[dict]:
             if trial.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in trial.user_attrs]
 
 
+def proxy_points(storage: str, variant: str, proxy_for: str) -> list[dict]:
+    """Every config a proxy tune (``vk tune --constrain-to proxy_for``) measured for ``variant``, over
+    all its keys: the studies named "<variant>|<gpu>-proxy-<arch>|..." (not archived ones)."""
+    import optuna
+
+    names = [name for name in optuna.get_all_study_names(storage)
+             if name.startswith(f"{variant}|") and f"-proxy-{proxy_for}|" in name and "|kernel " not in name
+             and not name.endswith("|exhaustive")]
+    if not names:
+        raise InputError(f"--proxy-storage: no proxy study of {variant} for {proxy_for} in {storage}")
+    return [point for name in sorted(names) for point in study_points(storage, name)]
+
+
 def config_key(config: dict) -> str:
     return json.dumps({k: v for k, v in sorted(config.items()) if k != "kv_splits"})
 

@@ -22,9 +22,16 @@ from verify_kernels.splits import CPU_ARCH
 
 
 def tune_keys(args, sku: str):
-    """The keys the arguments name: variants x prefix lengths x tree sizes x heads."""
+    """The keys the arguments name: variants x prefix lengths x tree sizes x heads, one per study: of
+    two prefix lengths in one L bucket the first is tuned (the study and its winner record its length)."""
+    buckets = {}
+    for length in args.prefix:
+        first = buckets.setdefault(l_bucket(length), length)
+        if first != length:
+            print(f"vk tune: --prefix {length} shares L bucket {l_bucket(length)} with {first}: tuned once, at {first}",
+                  file=sys.stderr)
     for variant in args.variants:
-        for length in args.prefix:
+        for length in buckets.values():
             for nodes in args.tree:
                 for heads in args.heads:
                     yield TuneKey(variant, sku, l_bucket(length), nodes, heads, args.page_size, args.dtype, length)

@@ -102,7 +102,7 @@ def test_predict_check_reports_the_error_against_records(tmp_path):
     a perfect ranking, and the predicted best is the measured best."""
     from pathlib import Path
 
-    from harness.predict.cli import check_records, load_params
+    from harness.predict.cli import check_points, load_params
     from harness.predict.fit import blocks_per_sm as blocks_of, config_key, measured_points, predicted_ms
 
     source = Path(__file__).resolve().parents[3] / "results" / "bench" / "cuda_ws-side-by-side-nvidia-h200.jsonl"
@@ -121,10 +121,41 @@ def test_predict_check_reports_the_error_against_records(tmp_path):
         lines.append(json.dumps(record))
     doubled = tmp_path / "doubled.jsonl"
     doubled.write_text("\n".join(lines) + "\n")
-    rows, overall = check_records([doubled], "cuda_ws", "sm_90", "sm_90")
+    rows, overall = check_points(measured_points([doubled], "cuda_ws"), "cuda_ws", "sm_90", "sm_90")
     assert overall["points"] == len(lines) > 0 and overall["median_abs_pct_error"] == pytest.approx(50.0)
     assert overall["spearman_all"] == pytest.approx(1.0)
     assert all(row["predicted_best_vs_best"] == pytest.approx(1.0) for row in rows)
+
+
+def test_proxy_validation_reads_every_proxy_study(tmp_path):
+    """vk predict --check-proxy: a proxy tune's studies whose times are the sm_90 prediction reversed
+    in rank give Spearman -1 and a pick slower than the best; archived studies are not read."""
+    optuna = pytest.importorskip("optuna")
+    from harness.predict.cli import load_params, proxy_rows
+    from harness.predict.fit import blocks_per_sm as blocks_of, config_key, predicted_ms, proxy_points
+    from harness.static.space import resolve
+    from harness.tune.study import feasible_space
+
+    _, feasible, _ = feasible_space(resolve("cuda_ws", "sm_120"), progress=False, compile=False)
+    configs = [c.config for c in feasible.values()][:5]
+    params, arch = load_params("cuda_ws", "sm_90")["params"], load_arch("sm_90")
+    storage = f"sqlite:///{tmp_path / 'proxy.db'}"
+    for name, reverse in (("cuda_ws|gpu-proxy-sm_120|L4096|T16|H8|ps64|bfloat16", True),
+                          ("cuda_ws|gpu-proxy-sm_120|L4096|T16|H8|ps64|bfloat16|kernel old graph", False)):
+        study = optuna.create_study(study_name=name, storage=storage)
+        study.set_user_attr("key", {"prefix_len": 4096, "tree_nodes": 16, "heads": 8, "page_size": 64})
+        for config in configs:
+            point = {"prefix_len": 4096, "tree_nodes": 16, "heads": 8, "batch": 1, "page_size": 64, "config": config}
+            blocks = {config_key(config): blocks_of("cuda_ws", "sm_90", config)}
+            time = predicted_ms(point, "cuda_ws", arch, blocks, params)
+            study.add_trial(optuna.trial.create_trial(
+                params=config, value=1 / time if reverse else time,
+                distributions={k: optuna.distributions.CategoricalDistribution(sorted({c[k] for c in configs}))
+                               for k in config}))
+    points = proxy_points(storage, "cuda_ws", "sm_120")
+    assert len(points) == len(configs)
+    (row,) = proxy_rows(points, "cuda_ws", "sm_90", "sm_90", "sm_120")
+    assert row["configs"] == len(configs) and row["spearman"] < -0.9 and row["pick_vs_best"] > 1
 
 
 def test_predict_check_refuses_files_without_records(tmp_path):

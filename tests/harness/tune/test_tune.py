@@ -337,3 +337,17 @@ def test_a_key_reads_its_variant_only_through_the_resolved_target(tmp_path, monk
     with pytest.raises(ValueError, match="the target 'cuda_ws'"):
         tune.tune_key(KEY, tune.VariantOnArch("cuda_ws", "sm_120", None, None, "", {}), storage="sqlite://",
                       trials=1, minutes=None, seed=0, warm_start=[], timeout_s=60, rep_ms=10, progress=False)
+
+
+def test_prefix_lengths_of_one_bucket_make_one_key(capsys):
+    """131072 and 185000 share an L bucket: one study, measured and recorded at the first length
+    (before, the second run of the same study overwrote the key with a length it never measured)."""
+    import argparse
+
+    from harness.tune.run import tune_keys
+
+    args = argparse.Namespace(variants=["cuda_ws"], prefix=[131072, 185000, 4096], tree=[64], heads=[8],
+                              page_size=64, dtype="bfloat16")
+    keys = list(tune_keys(args, "gpu"))
+    assert [(k.prefix_len, k.l_bucket) for k in keys] == [(131072, 131072), (4096, 4096)]
+    assert "--prefix 185000 shares L bucket 131072 with 131072" in capsys.readouterr().err
