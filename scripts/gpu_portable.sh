@@ -11,9 +11,13 @@
 #             and FlashMLA (chain trees, graph replay, L2 flushed)    -> results/bench/portable-<gpu>.jsonl
 #   pipeline  cuda_qreg's two phase orders (PIPELINE 0 and 1) side by side at its sm_90 default and, as the
 #             sm_120 proxy, at its sm_120 default                  -> results/bench/qreg-pipeline-<gpu>.jsonl
+#   configs   cuda_qreg configs side by side ($QREG_CONFIGS: JSON overrides, one per line, over the arch's
+#             default; the default itself first) at 32768/131072/185000 x 64 x 8 with the sm_90 default, and
+#             those that fit sm_120 ($QREG_PROXY_CONFIGS) as the sm_120 proxy  -> results/bench/qreg-configs-<gpu>.jsonl
 #   proxy     the same shapes with each kernel's sm_120 default, marked proxy_for sm_120
 #                                                        -> results/bench/portable-proxy-sm120-<gpu>.jsonl
-#   ncu       counters of one call at 131072 / 64 / 8, both defaults   -> results/ncu/cuda_qreg-*-<gpu>.txt
+#   ncu       counters of one call at 131072 / 64 / 8, both defaults, or $QREG_NCU ("label=JSON ...", the JSON
+#             over the arch named by the label's first part)              -> results/ncu/cuda_qreg-*-<gpu>.txt
 # Usage (repository root): bash scripts/gpu_portable.sh SECONDS STEP[:SECONDS]...
 . scripts/gpu_env.sh
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
@@ -71,14 +75,34 @@ for item in "$@"; do
         done
       done
       tail -n 8 "${out%.jsonl}.txt"; pack ;;
+    configs)
+      out="results/bench/qreg-configs-$sku.jsonl"
+      for arch in sm_90 sm_120; do
+        list=${QREG_CONFIGS:-}; proxy=()
+        [ $arch = sm_120 ] && { list=${QREG_PROXY_CONFIGS:-}; proxy=(--proxy-for sm_120); }
+        [ -z "$list" ] && continue
+        base=$(default cuda_qreg $arch); flags=(--config "$base")
+        while read -r line; do
+          [ -n "$line" ] && flags+=(--config "$(python3 -c "import json, sys; print(json.dumps({**json.loads(sys.argv[1]), **json.loads(sys.argv[2])}))" "$base" "$line")")
+        done <<< "$list"
+        mapfile -t overrides <<< "$list"
+        timeout -k 5 "$(( $(left) / 3 ))" python3 scripts/warm_kernel_cache.py cuda_qreg $arch --configs "${overrides[@]}" | tail -n 2
+        bench_chain "$(left)" "$out" --prefix 32768,131072,185000 --tree 64 --heads 8 --variants cuda_qreg --peers \
+          "${proxy[@]}" "${flags[@]}"
+      done
+      tail -n 24 "${out%.jsonl}.txt"; pack ;;
     proxy)
       out="results/bench/portable-proxy-sm120-$sku.jsonl"
       for variant in cuda_qreg cuda_ws; do
         bench_shapes "$out" --variants $variant --peers --proxy-for sm_120 --config "$(default $variant sm_120)"
       done; pack ;;
     ncu)
-      for arch in sm_90 sm_120; do
-        config=$(default cuda_qreg $arch); log="results/ncu/cuda_qreg-131072-64-8-$arch-default-$sku.txt"
+      # $QREG_NCU ("label=JSON" entries, JSON without spaces over the default of the arch the label starts with)
+      for entry in ${QREG_NCU:-sm_90-default= sm_120-default=}; do
+        label=${entry%%=*}; arch=${label%%-*}; override=${entry#*=}
+        config=$(default cuda_qreg $arch)
+        [ -n "$override" ] && config=$(python3 -c "import json, sys; print(json.dumps({**json.loads(sys.argv[1]), **json.loads(sys.argv[2])}))" "$config" "$override")
+        log="results/ncu/cuda_qreg-131072-64-8-$label-$sku.txt"
         { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; echo "config $config"; } > "$log"
         spec="{\"variant\": \"cuda_qreg\", \"prefix_len\": 131072, \"tree_nodes\": 64, \"heads\": 8, \"page_size\": 64, \"config\": $config, \"seed\": 0}"
         timeout -k 5 "$(( $(left) / 2 ))" ncu --clock-control none --nvtx --nvtx-include vk_counters/ --kernel-name verify_qreg \

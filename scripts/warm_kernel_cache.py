@@ -4,6 +4,7 @@ at a time (a fresh GPU host compiles each `cuda_ws` config for 10-20 s). Each co
 small problem in a pool of processes; nothing is timed or checked here.
 
     python3 scripts/warm_kernel_cache.py cuda_ws sm_120 [--dtype bfloat16] [--jobs 12]
+    python3 scripts/warm_kernel_cache.py cuda_qreg sm_90 --configs '{"DIM_WARPS": 8}' ...  (over the arch's default)
 """
 
 import argparse
@@ -36,12 +37,18 @@ def main() -> int:
     parser.add_argument("arch")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--jobs", type=int, default=12)
+    parser.add_argument("--configs", nargs="+", metavar="JSON",
+                        help="these configs (over the arch's default) instead of the feasible space")
     args = parser.parse_args()
     from harness.static.space import resolve
     from harness.tune.study import feasible_space
 
-    _, feasible, _ = feasible_space(resolve(args.variant, args.arch), progress=False)
-    configs = [json.dumps(candidate.config, sort_keys=True) for candidate in feasible.values()]
+    target = resolve(args.variant, args.arch)
+    if args.configs:
+        configs = [json.dumps({**target.defaults, **json.loads(c)}, sort_keys=True) for c in args.configs]
+    else:
+        _, feasible, _ = feasible_space(target, progress=False)
+        configs = [json.dumps(candidate.config, sort_keys=True) for candidate in feasible.values()]
     print(f"{args.variant} on {args.arch}: compiling {len(configs)} feasible configs, {args.jobs} at a time", flush=True)
     import multiprocessing
 
