@@ -4,7 +4,7 @@ at a time (a fresh GPU host compiles each `cuda_ws` config for 10-20 s). Each co
 small problem in a pool of processes; nothing is timed or checked here.
 
     python3 scripts/warm_kernel_cache.py cuda_ws sm_120 [--dtype bfloat16] [--jobs 12]
-    python3 scripts/warm_kernel_cache.py cuda_qreg sm_90 --configs '{"DIM_WARPS": 8}' ...  (over the arch's default)
+    python3 scripts/warm_kernel_cache.py cuda_qreg sm_90 --configs '{"BLOCK_N": 16}' ...  (over the arch's default)
 """
 
 import argparse

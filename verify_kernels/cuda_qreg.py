@@ -2,22 +2,17 @@
 at run time by CuPy): mma.sync with Q held in registers, so that shared memory carries only K/V, one
 partial-S exchange and P (design and arithmetic: results/notes/2026-12-04-portable-kernel-design.md).
 
-A CTA is WARPS_M row groups of DIM_WARPS warps, 32 query rows per group. Warp ``wn`` of a group keeps
-Q's head dims [576 / DIM_WARPS wn, +576 / DIM_WARPS) of the group's rows in registers and computes
-their partial S; the partials meet in shared memory, where warp ``wn`` owns the softmax of rows
-[32 / DIM_WARPS wn, ...) and writes P; then every warp computes O += P V for its 512 / DIM_WARPS output
-columns. The KV ring (bulk-copied token rows, mbarriers) is refilled by whichever warp finishes a tile
-last: no producer warp, so 8 warps of 255 registers (DIM_WARPS 4) or 16 of 128 (DIM_WARPS 8) fit an SM. The KV is cut by the planner (planner.py) and merged by the shared combine
+A CTA is WARPS_M row groups of 4 warps, 32 query rows per group. Warp ``wn`` of a group keeps Q's
+head dims [144 wn, +144) of the group's rows in registers and computes their partial S; the four
+partials meet in shared memory, where warp ``wn`` owns the softmax of rows [8 wn, +8) and writes P;
+then every warp computes O += P V for its 128 output columns. The KV ring (bulk-copied token rows,
+mbarriers) is refilled by whichever warp finishes a tile last: no producer warp, so 8 warps of 255
+registers fit an SM. The KV is cut by the planner (planner.py) and merged by the shared combine
 (split_combine.py). Tunables are compile-time macros:
 
 - ``WARPS_M``: row groups per CTA (rows per CTA = 32 WARPS_M);
-- ``DIM_WARPS``: warps per row group, 4 or 8: 8 halves each warp's Q and O registers (twice the warps
-  per SM to hide latency) for twice the partial-S bytes through shared memory;
 - ``BLOCK_N``: KV tokens per tile; ``STAGES``: slots in the ring;
 - ``MIN_BLOCKS``: CTAs per SM the register allocation is bounded for;
-- ``PIPELINE``: 1 runs tile i's P V between the barriers of tile i + 1's softmax (two P buffers, a warp
-  holding two ring slots), so each warp has HMMAs to issue while the softmax waits; 0 runs the phases
-  in turn (notes/2026-12-04-cuda-qreg-measured.md: two warps per scheduler, latency-bound);
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
   ``waves``: the most waves of units the planner may cut a badly balanced batch into.
 
@@ -43,33 +38,26 @@ SOURCE = Path(__file__).parent / "cuda" / "verify_qreg.cu"
 PAGE_SIZES = (16, 32, 64)
 CHECK_PAGE_SIZES = (16, 64)
 HEAD_DIM, V_DIM = 576, 512
-GROUP_ROWS = 32
+DIM_WARPS, GROUP_ROWS = 4, 32
 ROW_PITCH = HEAD_DIM + 8
 BARRIER_BYTES = 128
-MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS", "PIPELINE", "DIM_WARPS")
-WARPS_PER_SM = {4: 8, 8: 16}  # by DIM_WARPS: ~255 or ~128 registers per thread (Q and O in registers)
+MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
 # Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
 # compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
 DEFAULT_CONFIGS = {
-    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "PIPELINE": 0, "DIM_WARPS": 4, "kv_splits": 0,
-              "waves": 2},
-    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "PIPELINE": 0, "DIM_WARPS": 4, "kv_splits": 0,
-               "waves": 2},
+    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
+    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
-# One and two row groups, 16- and 32-token tiles, two-slot rings, two CTAs per SM, fixed splits, both
-# phase orders (PIPELINE with one-tile and multi-tile units, two slots and three).
+# One and two row groups, 16-, 32- and 64-token tiles, two-slot rings, two CTAs per SM, one-tile and
+# multi-tile units, fixed splits.
 CHECK_CONFIGS = (
     {**DEFAULT_CONFIGS["sm_120"], "kv_splits": 3},
     {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0},
     {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 2, "kv_splits": 5},
     {"WARPS_M": 1, "BLOCK_N": 16, "STAGES": 3, "kv_splits": 1},
-    {**DEFAULT_CONFIGS["sm_120"], "PIPELINE": 1},
-    {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 2, "PIPELINE": 1, "kv_splits": 7},
-    {"WARPS_M": 1, "BLOCK_N": 64, "STAGES": 2, "PIPELINE": 1, "kv_splits": 0},
-    {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 2, "DIM_WARPS": 8, "kv_splits": 0},
-    {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 3, "MIN_BLOCKS": 2, "DIM_WARPS": 8, "kv_splits": 4},
-    {"WARPS_M": 2, "BLOCK_N": 64, "STAGES": 2, "DIM_WARPS": 8, "PIPELINE": 1, "kv_splits": 0},
+    {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 2, "kv_splits": 7},
+    {"WARPS_M": 1, "BLOCK_N": 64, "STAGES": 2, "kv_splits": 0},
 )
 
 
@@ -78,17 +66,16 @@ def rows_per_cta(config: dict) -> int:
 
 
 def threads(config: dict) -> int:
-    return 32 * config["DIM_WARPS"] * config["WARPS_M"]
+    return 32 * DIM_WARPS * config["WARPS_M"]
 
 
 def smem_bytes(config: dict) -> int:
     """Dynamic shared memory per CTA: mbarriers and slot counters, the KV ring, every warp's fp32
-    partial S, P, and one float per row (the rescale factor, then 1 / l); P and the floats twice with
-    PIPELINE."""
+    partial S, P, and one float per row (the rescale factor, then 1 / l)."""
     rows, block_n = rows_per_cta(config), config["BLOCK_N"]
     ring = 2 * config["STAGES"] * block_n * ROW_PITCH
-    partial_s = 4 * config["DIM_WARPS"] * rows * (block_n + 8)
-    return BARRIER_BYTES + ring + partial_s + (1 + config["PIPELINE"]) * (2 * rows * (block_n + 8) + 4 * rows)
+    partial_s = 4 * DIM_WARPS * rows * (block_n + 8)
+    return BARRIER_BYTES + ring + partial_s + 2 * rows * (block_n + 8) + 4 * rows
 
 
 def config_problems(config: dict) -> list[str]:
@@ -99,21 +86,15 @@ def config_problems(config: dict) -> list[str]:
         return [f"{', '.join(sizes)} must be positive ints, got {dict(zip(sizes, values))}"]
     warps_m, block_n, stages, min_blocks = values
     problems = []
-    if config["PIPELINE"] not in (0, 1) or isinstance(config["PIPELINE"], bool):
-        problems.append(f"PIPELINE must be 0 or 1, got {config['PIPELINE']!r}")
     if block_n not in (16, 32, 64):
         problems.append(f"BLOCK_N must be 16, 32 or 64, got {block_n}")
     if not 2 <= stages <= 10:
         problems.append(f"STAGES must be 2 .. 10 (the mbarrier block), got {stages}")
     if warps_m > 14:
         problems.append(f"WARPS_M must be <= 14 (named barriers), got {warps_m}")
-    dim_warps = config["DIM_WARPS"]
-    if dim_warps not in WARPS_PER_SM or isinstance(dim_warps, bool):
-        problems.append(f"DIM_WARPS must be 4 or 8, got {dim_warps!r}")
-    elif dim_warps * warps_m * min_blocks > WARPS_PER_SM[dim_warps]:
-        problems.append(f"{dim_warps * warps_m} warps x {min_blocks} CTAs per SM > {WARPS_PER_SM[dim_warps]} warps: "
-                        f"each needs ~{256 * 8 // WARPS_PER_SM[dim_warps] - 1} registers per thread at DIM_WARPS "
-                        f"{dim_warps} (Q and O in registers)")
+    if DIM_WARPS * warps_m * min_blocks > 8:
+        problems.append(f"{DIM_WARPS * warps_m} warps x {min_blocks} CTAs per SM > 8 warps: each needs ~255 "
+                        "registers per thread (Q and O in registers)")
     return problems
 
 
@@ -180,12 +161,12 @@ def tile_work(config: dict) -> dict:
     the shared-memory pipe (K and V ldmatrix reads, the partial-S stores and the owners' reads, P's
     stores and ldmatrix reads, the bulk copy's writes), barriers (the row group's two), the warps
     the CTA keeps resident, and the split rule. Q is in registers: no Q bytes per tile."""
-    rows, block_n, dim_warps = rows_per_cta(config), config["BLOCK_N"], config["DIM_WARPS"]
-    warps = dim_warps * config["WARPS_M"]
-    k_bytes = warps * block_n * (HEAD_DIM // dim_warps) * 2
-    v_bytes = warps * block_n * (V_DIM // dim_warps) * 2
-    partial_s = 2 * dim_warps * rows * block_n * 4  # written once, read once by the row's owner
-    p_bytes = rows * block_n * 2 + dim_warps * rows * block_n * 2
+    rows, block_n = rows_per_cta(config), config["BLOCK_N"]
+    warps = DIM_WARPS * config["WARPS_M"]
+    k_bytes = warps * block_n * (HEAD_DIM // DIM_WARPS) * 2
+    v_bytes = warps * block_n * (V_DIM // DIM_WARPS) * 2
+    partial_s = 2 * DIM_WARPS * rows * block_n * 4  # written once, read once by the row's owner
+    p_bytes = rows * block_n * 2 + DIM_WARPS * rows * block_n * 2
     return {"rows": rows, "block_n": block_n, "mma": rows * block_n * (HEAD_DIM + V_DIM) * 2 // 4096,
             "smem_bytes": k_bytes + v_bytes + partial_s + p_bytes + block_n * HEAD_DIM * 2, "barriers": 2,
             "warps": warps, "split_rule": split_rule(config)}
