@@ -13,8 +13,6 @@ registers fit an SM. The KV is cut by the planner (planner.py) and merged by the
 - ``WARPS_M``: row groups per CTA (rows per CTA = 32 WARPS_M);
 - ``BLOCK_N``: KV tokens per tile; ``STAGES``: slots in the ring;
 - ``MIN_BLOCKS``: CTAs per SM the register allocation is bounded for;
-- ``PINGPONG``: 1 (two row groups) makes the groups take turns at the tensor pipe, FA3's ping-pong on
-  named barriers: one group's softmax runs under the other's HMMAs;
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
   ``waves``: the most waves of units the planner may cut a badly balanced batch into.
 
@@ -43,16 +41,16 @@ HEAD_DIM, V_DIM = 576, 512
 DIM_WARPS, GROUP_ROWS = 4, 32
 ROW_PITCH = HEAD_DIM + 8
 BARRIER_BYTES = 128
-MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS", "PINGPONG")
+MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
 # Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
 # compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
 DEFAULT_CONFIGS = {
-    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "PINGPONG": 0, "kv_splits": 0, "waves": 2},
-    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "PINGPONG": 0, "kv_splits": 0, "waves": 2},
+    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
+    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
 # One and two row groups, 16-, 32- and 64-token tiles, two-slot rings, two CTAs per SM, one-tile and
-# multi-tile units, fixed splits; PINGPONG with two and three slots, planned and fixed splits.
+# multi-tile units, fixed splits.
 CHECK_CONFIGS = (
     {**DEFAULT_CONFIGS["sm_120"], "kv_splits": 3},
     {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0},
@@ -60,8 +58,6 @@ CHECK_CONFIGS = (
     {"WARPS_M": 1, "BLOCK_N": 16, "STAGES": 3, "kv_splits": 1},
     {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 2, "kv_splits": 7},
     {"WARPS_M": 1, "BLOCK_N": 64, "STAGES": 2, "kv_splits": 0},
-    {**DEFAULT_CONFIGS["sm_120"], "PINGPONG": 1, "kv_splits": 3},
-    {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 2, "PINGPONG": 1, "kv_splits": 0},
 )
 
 
@@ -94,12 +90,8 @@ def config_problems(config: dict) -> list[str]:
         problems.append(f"BLOCK_N must be 16, 32 or 64, got {block_n}")
     if not 2 <= stages <= 10:
         problems.append(f"STAGES must be 2 .. 10 (the mbarrier block), got {stages}")
-    if warps_m > 13:
-        problems.append(f"WARPS_M must be <= 13 (named barriers), got {warps_m}")
-    if config["PINGPONG"] not in (0, 1) or isinstance(config["PINGPONG"], bool):
-        problems.append(f"PINGPONG must be 0 or 1, got {config['PINGPONG']!r}")
-    elif config["PINGPONG"] and warps_m != 2:
-        problems.append(f"PINGPONG 1 takes turns between two row groups: WARPS_M must be 2, got {warps_m}")
+    if warps_m > 14:
+        problems.append(f"WARPS_M must be <= 14 (named barriers), got {warps_m}")
     if DIM_WARPS * warps_m * min_blocks > 8:
         problems.append(f"{DIM_WARPS * warps_m} warps x {min_blocks} CTAs per SM > 8 warps: each needs ~255 "
                         "registers per thread (Q and O in registers)")

@@ -3,9 +3,10 @@
 Tuned records ship with the package in ``verify_kernels/tuned/<gpu-sku>.yaml`` (``VK_TUNED_DIR``
 overrides the folder), one entry per key (variant, GPU, L bucket, T, H, page size, dtype). ``vk tune``
 writes measured winners under ``results/tuned/``; ``vk tuned --publish`` copies them here. Where a
-GPU has no measured table, ``predicted-<arch>.yaml`` (``vk predict-fit --ship``: the predictor's
-winners for an arch, e.g. sm_120) is read instead, with a one-time warning that the choice is
-predicted, not measured. In either table the fastest record at the key nearest the shape's (L
+GPU has no measured table, its arch's tables are read, in this order of trust, each with a one-time
+warning: ``proxy-<arch>.yaml`` (``vk tune --constrain-to <arch>`` on another GPU, published: configs
+legal on the arch, timed elsewhere), then ``predicted-<arch>.yaml`` (``vk predict-fit --ship``: the
+predictor's winners for the arch). In each table the fastest record at the key nearest the shape's (L
 bucket, T, H, page size, by log ratio; dtype must match where the record names one) decides, so
 every shape gets the table's best guess rather than the bare default order. The choice uses shapes only, so it is graph-safe: the L bucket comes from the block table's capacity (max_pages x page_size), the
 largest power of two not above it, because prefix_lens lives on the device.
@@ -88,7 +89,7 @@ class Choice:
 
     variant: str | None
     config: dict | None
-    source: str             # "measured", "predicted" or "default order"
+    source: str             # "measured", "proxy", "predicted" or "default order"
     table: str | None       # the table's file
     record: dict | None
     distance: float         # 0: the record's key is the wanted one; > 0: the nearest the table has
@@ -96,10 +97,11 @@ class Choice:
 
 def choose(sku: str, arch: str | None, bucket: int, tree_nodes: int, heads: int, page_size: int,
            dtype: str) -> Choice:
-    """The measured table of this GPU (``sku``), else the predicted table of its arch; in each the
-    fastest record at the nearest key. Shapes only: graph-safe."""
-    for source, name, time_key in (("measured", sku, "median_ms"), ("predicted", f"predicted-{arch}", "predicted_ms")):
-        if source == "predicted" and arch is None:
+    """The measured table of this GPU (``sku``), else the proxy table of its arch, else its predicted
+    table; in each the fastest record at the nearest key. Shapes only: graph-safe."""
+    for source, name, time_key in (("measured", sku, "median_ms"), ("proxy", f"proxy-{arch}", "median_ms"),
+                                   ("predicted", f"predicted-{arch}", "predicted_ms")):
+        if source != "measured" and arch is None:
             continue
         found = nearest_winner(load_tuned(name, str(TUNED_DIR)), bucket, tree_nodes, heads, page_size, dtype,
                                time_key)
@@ -126,9 +128,12 @@ def tuned_choice(shape: ProblemShape) -> tuple[str, dict] | None:
             record = choice.record
             nearest = (f" at the nearest key (L bucket {record['l_bucket']}, T={record['tree_nodes']}, "
                        f"H={record['heads']}, page_size={record['page_size']})" if choice.distance else "")
-            message = (f"using the PREDICTED winner for {arch} ({choice.variant}, fitted on {record.get('fitted_on')})"
-                       f"{nearest}, not a measured one" if choice.source == "predicted"
-                       else f"using the measured winner {choice.variant}{nearest}")
+            message = {
+                "predicted": f"using the PREDICTED winner for {arch} ({choice.variant}, fitted on "
+                             f"{record.get('fitted_on')}){nearest}, not a measured one",
+                "proxy": f"using the PROXY winner for {arch} ({choice.variant}, timed on {record.get('measured_on')} "
+                         f"with {arch}'s limits){nearest}, not one measured on this GPU",
+            }.get(choice.source, f"using the measured winner {choice.variant}{nearest}")
         warnings.warn(f"verify_attention(variant='auto'): no tuned record for GPU {sku}, L bucket {bucket}, "
                       f"T={shape.tree_nodes}, H={shape.heads}, page_size={shape.page_size}, {dtype}; {message}",
                       stacklevel=3)

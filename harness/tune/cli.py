@@ -159,7 +159,8 @@ def cmd_tuned(args) -> int:
         if stale:
             print("\n".join(stale))
             raise SystemExit(f"vk tuned: --publish: {len(stale)} stale records in {args.file}; re-tune them first")
-        print(f"published {publish_winners(args.file)}")
+        proxies = {record.get("proxy_for") for record in read_winners(args.file, "--file").values()}
+        print(f"published {publish_winners(args.file, proxies.pop())}")
         return 0
     if args.check:
         stale = [line for _, path in tables for line in check_winners(path)]
@@ -182,10 +183,15 @@ def cmd_tuned(args) -> int:
 
 def publish_problems(table: dict) -> list[str]:
     """Why a table may not be shipped as what ``variant="auto"`` runs: it must hold measured records
-    (a median from a real GPU: not predicted, not VK_TUNE_FAKE's fake costs)."""
+    (a median from a real GPU: not predicted, not VK_TUNE_FAKE's fake costs), all of one GPU's own or all
+    of one proxy tune (the same ``proxy_for``)."""
     if not table:
         return ["the table is empty"]
     problems = []
+    proxies = {record.get("proxy_for") for record in table.values()}
+    if len(proxies) > 1:
+        problems.append(f"proxy and measured records mixed (proxy_for: {sorted(map(str, proxies))}): one table per "
+                        "source")
     for name, record in table.items():
         if record.get("predicted"):
             problems.append(f"{name}: a predicted record (vk predict-fit --ship ships those)")

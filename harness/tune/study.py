@@ -328,13 +328,15 @@ def neighbour_winners(path: Path, key: TuneKey) -> list[dict]:
     return [w["config"] for w in same[:1]]
 
 
-def publish_winners(path: Path) -> Path:
+def publish_winners(path: Path, proxy_for: str | None = None) -> Path:
     """Copy a measured winners table into the package (verify_kernels/tuned/), where
-    ``variant="auto"`` reads it; returns where it went."""
+    ``variant="auto"`` reads it: as ``<gpu>.yaml``, or for a proxy tune's table (``proxy_for``, every
+    record's) as ``proxy-<arch>.yaml``, which GPUs of that arch without a measured table read; returns
+    where it went."""
     import shutil
 
     SHIPPED_TUNED_DIR.mkdir(parents=True, exist_ok=True)
-    target = SHIPPED_TUNED_DIR / path.name
+    target = SHIPPED_TUNED_DIR / (f"proxy-{proxy_for}.yaml" if proxy_for else path.name)
     shutil.copyfile(path, target)
     return target
 

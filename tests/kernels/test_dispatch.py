@@ -71,19 +71,25 @@ def test_explicit_config_wins_over_the_tuned_one(tuned_dir):
     assert out.shape == (1, 5, 1, 512) and not torch.isnan(out).any()
 
 
-def test_auto_on_a_faked_sm120_gpu_uses_the_shipped_predicted_table_and_warns_once(monkeypatch):
-    """No measured table for the card: the predictor's winner for sm_120, announced once per key."""
+@pytest.mark.parametrize("dtype, source, table_name, key", [
+    (torch.bfloat16, "PROXY", "proxy-sm_120", "cuda_ws|nvidia-h200-proxy-sm_120|L131072|T64|H8|ps64|bfloat16"),
+    (torch.float16, "PREDICTED", "predicted-sm_120", "cuda_ws|sm_120|predicted|L131072|T64|H8|ps64"),
+])
+def test_auto_on_a_faked_sm120_gpu_uses_the_shipped_arch_tables_and_warns_once(monkeypatch, dtype, source, table_name,
+                                                                               key):
+    """No measured table for the card: the proxy tune's winner for sm_120 (bf16, what it measured),
+    else the predictor's (fp16), announced once per key."""
     monkeypatch.setattr(dispatch, "TUNED_DIR", dispatch.SHIPPED_TUNED_DIR)
     monkeypatch.setattr(dispatch, "device_sku", lambda device=None: "nvidia-rtx-pro-6000-blackwell-workstation-edition")
     monkeypatch.setattr(dispatch, "device_arch", lambda device: "sm_120")
     dispatch.load_tuned.cache_clear()
     dispatch._warned.clear()
-    shape = _shape(make_problem([131072 - 64], 64, 8, page_size=64, seed=0))
-    with pytest.warns(UserWarning, match="PREDICTED winner for sm_120"):
+    shape = _shape(make_problem([131072 - 64], 64, 8, page_size=64, seed=0, dtype=dtype))
+    with pytest.warns(UserWarning, match=f"{source} winner for sm_120"):
         name, config = dispatch.tuned_choice(shape)
-    table = yaml.safe_load((dispatch.SHIPPED_TUNED_DIR / "predicted-sm_120.yaml").read_text())
-    record = table["cuda_ws|sm_120|predicted|L131072|T64|H8|ps64"]
-    assert (name, config) == (record["variant"], record["config"]) and record["predicted"] is True
+    record = yaml.safe_load((dispatch.SHIPPED_TUNED_DIR / f"{table_name}.yaml").read_text())[key]
+    assert (name, config) == (record["variant"], record["config"])
+    assert record.get("predicted") is True if source == "PREDICTED" else record["proxy_for"] == "sm_120"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert dispatch.tuned_choice(shape) == (name, config)  # warned once
@@ -100,18 +106,19 @@ def test_no_predicted_table_off_the_gpu(tuned_dir):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_auto_on_sm120_picks_a_table_entry_for_every_serving_shape(monkeypatch, dtype):
     """Issue 35's grid as an RTX PRO 6000 (sm_120, no measured table) sees it: L 2k-262k x T 1-256 x
-    H 8/16/64 x pages 16/64 all resolve from the predicted table (the nearest key), never the bare
-    default order."""
+    H 8/16/64 x pages 16/64 all resolve from an sm_120 table (the nearest key), never the bare default
+    order: bf16 from the proxy tune's, fp16 (which the proxy did not time) from the predicted one."""
     monkeypatch.setattr(dispatch, "TUNED_DIR", dispatch.SHIPPED_TUNED_DIR)
     dispatch.load_tuned.cache_clear()
-    table = dispatch.load_tuned("predicted-sm_120", str(dispatch.SHIPPED_TUNED_DIR))
+    source = "proxy" if dtype == "bfloat16" else "predicted"
+    table = dispatch.load_tuned(f"{source}-sm_120", str(dispatch.SHIPPED_TUNED_DIR))
     for length in (2048, 4096, 16384, 32768, 65536, 131072, 185000, 262144):
         for nodes in (1, 16, 32, 64, 128, 256):
             for heads in (8, 16, 64):
                 for page_size in (16, 64):
                     choice = dispatch.choose("nvidia-rtx-pro-6000-blackwell", "sm_120", dispatch.l_bucket(length),
                                              nodes, heads, page_size, dtype)
-                    assert choice.source == "predicted" and choice.record in table.values(), (length, nodes, heads)
+                    assert choice.source == source and choice.record in table.values(), (length, nodes, heads)
                     exact = (choice.record["l_bucket"], choice.record["tree_nodes"], choice.record["heads"],
                              choice.record["page_size"]) == (dispatch.l_bucket(length), nodes, heads, page_size)
                     assert (choice.distance == 0) == exact
@@ -128,3 +135,16 @@ def test_the_nearest_key_decides_and_dtype_must_match(tuned_dir):
     assert choice.record == table["near"] and choice.distance == 1.0 and choice.source == "measured"
     assert dispatch.choose("some-gpu", None, 65536, 64, 8, 64, "float16").record == table["fp16"]
     assert dispatch.choose("other-gpu", None, 65536, 64, 8, 64, "bfloat16").source == "default order"
+
+
+def test_a_measured_table_outranks_the_proxy_and_the_proxy_the_predicted(tuned_dir):
+    base = {"variant": "cuda_ws", "config": {}, "l_bucket": 32768, "tree_nodes": 64, "heads": 8, "page_size": 64}
+    tables = {"predicted-sm_120": {"p": {**base, "predicted_ms": 0.1}},
+              "proxy-sm_120": {"x": {**base, "dtype": "bfloat16", "median_ms": 0.2, "proxy_for": "sm_120"}},
+              "my-gpu": {"m": {**base, "dtype": "bfloat16", "median_ms": 0.3}}}
+    for name, table in tables.items():
+        (tuned_dir / f"{name}.yaml").write_text(yaml.safe_dump(table))
+    assert dispatch.choose("my-gpu", "sm_120", 32768, 64, 8, 64, "bfloat16").source == "measured"
+    assert dispatch.choose("other-gpu", "sm_120", 32768, 64, 8, 64, "bfloat16").source == "proxy"
+    assert dispatch.choose("other-gpu", "sm_120", 32768, 64, 8, 64, "float16").source == "predicted"
+    assert dispatch.choose("other-gpu", None, 32768, 64, 8, 64, "bfloat16").source == "default order"

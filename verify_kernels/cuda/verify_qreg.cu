@@ -18,8 +18,7 @@
 //     factor of its rows.
 //   O += P V: output columns [128 wn, +128) of all 32 rows (128 fp32 registers), P's A fragments by
 //     ldmatrix, V = the tile's first 512 columns by ldmatrix.trans.
-// Two named barriers of the row group per tile (after the partial S, after P); none CTA-wide. PINGPONG 1
-// (two row groups) adds a turn barrier per tile between the groups (see the tile loop).
+// Two named barriers of the row group per tile (after the partial S, after P); none CTA-wide.
 // Shared memory: mbarriers and slot counters, the ring [STAGES][BLOCK_N][584], partial S
 // [WARPS_M][4][32][BLOCK_N + 8] fp32, P [ROWS][BLOCK_N + 8], the rescale factors and row sums
 // [ROWS] fp32. Padding makes the fragment stores and the owners' float4 reads conflict-free.
@@ -38,9 +37,6 @@
 #endif
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
-#endif
-#ifndef PINGPONG
-#define PINGPONG 0
 #endif
 #include "mma_sync.cuh"
 #include "kv_ring.cuh"
@@ -66,19 +62,10 @@ constexpr int BARRIER_BYTES = 128;  // STAGES mbarriers and STAGES counters, pad
 
 static_assert(BLOCK_N == 16 || BLOCK_N == 32 || BLOCK_N == 64, "BLOCK_N: 16, 32 or 64");
 static_assert(STAGES >= 2 && STAGES * 12 <= BARRIER_BYTES, "STAGES: 2 .. 10");
-static_assert(WARPS_M >= 1 && WARPS_M <= 13, "named barriers: 1 .. WARPS_M for the row groups, two more for PINGPONG");
-static_assert(PINGPONG == 0 || (PINGPONG == 1 && WARPS_M == 2), "PINGPONG: 0, or 1 with two row groups");
+static_assert(WARPS_M >= 1 && WARPS_M <= 14, "named barriers: 1 .. WARPS_M for the row groups");
 
 __device__ __forceinline__ void row_group_sync(int wm) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(1 + wm), "n"(32 * DIM_WARPS) : "memory");
-}
-// PINGPONG's turn barriers: PP_BAR + wm is where row group wm waits for its turn (both groups count).
-constexpr int PP_BAR = 1 + WARPS_M;
-__device__ __forceinline__ void pingpong_wait(int wm) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(PP_BAR + wm), "n"(THREADS) : "memory");
-}
-__device__ __forceinline__ void pingpong_arrive(int group) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(PP_BAR + group), "n"(THREADS) : "memory");
 }
 
 #define VERIFY_PARAMS                                                                                   \
@@ -310,33 +297,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
                                             lane);
   };
 
-#if PINGPONG
-  // The two row groups take turns at the tensor pipe (FA3's ping-pong, on named barriers): a group's
-  // HMMA block (P V of tile b - 1, its release, the partial S of tile b) starts when the other group's
-  // block has ended, so one group's softmax runs under the other's HMMAs. Block b of group 0 waits on
-  // barrier PP_BAR (group 1 arrives: once before its first block, then after each block but its last);
-  // block b of group 1 waits on PP_BAR + 1 (group 0 arrives after each of its blocks). Both groups walk
-  // the same unit, so both make num_tiles + 1 blocks and every barrier completes.
-  if (wm == 1) pingpong_arrive(0);
-  for (int b = 0; b <= num_tiles; ++b) {
-    pingpong_wait(wm);
-    if (b > 0) {
-      rescale_o();
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 16; ++kk) pv_step(b - 1, kk);
-      release(b - 1);
-    }
-    if (b < num_tiles) partial_s(b);
-    if (wm == 0 || b < num_tiles) pingpong_arrive(1 - wm);
-    if (b < num_tiles) {
-      row_group_sync(wm);  // the group's partial S complete
-      float v[OWN_SEGS][4];
-      load_s(v);
-      finish_softmax(v, b);
-      row_group_sync(wm);  // P and the rescale factors of the group's rows complete
-    }
-  }
-#else
   for (int tile = 0; tile < num_tiles; ++tile) {
     partial_s(tile);
     row_group_sync(wm);  // the group's partial S complete
@@ -349,7 +309,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
     for (int kk = 0; kk < BLOCK_N / 16; ++kk) pv_step(tile, kk);
     release(tile);
   }
-#endif
 
   // Row sums: the owner's four lanes, then 1 / l through shared memory for the group's warps.
   l_run += __shfl_xor_sync(0xffffffff, l_run, 1);

@@ -74,8 +74,6 @@ def test_tile_work_has_no_q_bytes_and_clears_the_sm120_budget():
     pytest.param({"MIN_BLOCKS": 2}, "8 warps", id="registers"),
     pytest.param({"WARPS_M": 0}, "positive ints", id="zero_groups"),
     pytest.param({"WARPS_M": True}, "positive ints", id="bool"),
-    pytest.param({"PINGPONG": 2}, "PINGPONG must be 0 or 1", id="pingpong"),
-    pytest.param({"PINGPONG": 1, "WARPS_M": 1}, "WARPS_M must be 2", id="pingpong_one_group"),
 ])
 def test_config_rules(changes, message):
     problems = cuda_qreg.config_problems({**cuda_qreg.DEFAULT_CONFIG, **changes})

@@ -52,13 +52,15 @@ def test_tuned_explain_names_the_record_that_decides_auto():
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    exact = explain("--prefix", "131008", "--tree", "64", "--heads", "8")  # L + T = 131072: that bucket
+    proxy = explain("--prefix", "131008", "--tree", "64", "--heads", "8")  # L + T = 131072: that bucket
+    assert "cuda_ws" in proxy and "PROXY record at the same key" in proxy and "proxy-sm_120.yaml" in proxy
+    exact = explain("--prefix", "131008", "--tree", "64", "--heads", "8", "--dtype", "float16")  # not proxy-timed
     assert "cuda_ws" in exact and "PREDICTED record at the same key" in exact and "predicted-sm_120.yaml" in exact
     # The model predicts SPLIT_K 0 and 1 alike there: the table says so and takes sm_120's default.
     assert "cannot tell" in exact and "the arch's default config" in exact and "'SPLIT_K': 1" in exact
-    nearest = explain("--prefix", "50000", "--tree", "1", "--heads", "64", "--page-size", "16")
+    nearest = explain("--prefix", "50000", "--tree", "1", "--heads", "64", "--page-size", "16", "--dtype", "float16")
     assert "at the nearest key (L bucket 32768, T 16, H 16, page 64" in nearest
-    between = explain("--prefix", "70000", "--tree", "64", "--heads", "8")  # bucket 65536: 32k and 128k as near
+    between = explain("--prefix", "70000", "--tree", "64", "--heads", "8", "--dtype", "float16")  # 32k, 128k as near
     assert "nearest key (L bucket 131072, T 64, H 8" in between
 
 
@@ -70,3 +72,20 @@ def test_a_proxy_tune_measures_the_predicted_ties_first():
     ties = predicted_ties("sm_120", key)
     assert len(ties) >= 2 and {c["SPLIT_K"] for c in ties} == {0, 1}
     assert predicted_ties("sm_120", TuneKey("cuda_ws", "x", 131072, 3, 8, 64, "bfloat16", 131072)) == []
+
+
+def test_a_proxy_table_ships_as_the_arch_table_and_never_mixed(tmp_path, monkeypatch):
+    """vk tuned --publish: a proxy tune's winners go to proxy-<arch>.yaml (what GPUs of that arch read
+    before the predicted table), not under the proxy GPU's name; proxy and own records never share a table."""
+    import yaml
+
+    from harness.tune import cli, study
+
+    monkeypatch.setattr(study, "SHIPPED_TUNED_DIR", tmp_path / "shipped")
+    record = {"variant": "cuda_ws", "gpu": "nvidia-h200-proxy-sm_120", "median_ms": 0.9, "proxy_for": "sm_120"}
+    table = tmp_path / "nvidia-h200-proxy-sm_120.yaml"
+    table.write_text(yaml.safe_dump({"k": record}))
+    assert study.publish_winners(table, "sm_120") == tmp_path / "shipped" / "proxy-sm_120.yaml"
+    mixed = {"k": record, "own": {**record, "gpu": "nvidia-h200", "proxy_for": None}}
+    assert any("mixed" in problem for problem in cli.publish_problems(mixed))
+    assert cli.publish_problems({"k": record}) == []
