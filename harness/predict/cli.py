@@ -133,8 +133,8 @@ def cmd_predict(args) -> int:
 
         try:
             points = proxy_points(args.proxy_storage, args.variant, args.check_proxy)
-        except InputError as error:
-            raise SystemExit(f"vk predict: {error}") from None
+        except InputError as error:  # StorageError too
+            raise SystemExit(f"vk predict: --proxy-storage: {error}") from None
         rows = proxy_rows(points, args.variant, args.arch, args.fitted_on, args.check_proxy)
         out = results_dir() / "predict" / f"proxy-validation-{args.variant}-{args.check_proxy}.md"
         check_output_dir(out.parent, "results folder")

@@ -85,11 +85,13 @@ def proxy_points(storage: str, variant: str, proxy_for: str) -> list[dict]:
     all its keys: the studies named "<variant>|<gpu>-proxy-<arch>|..." (not archived ones)."""
     import optuna
 
-    names = [name for name in optuna.get_all_study_names(storage)
+    from harness.measure.optuna_storage import open_storage
+
+    names = [name for name in optuna.get_all_study_names(open_storage(storage, must_exist=True))
              if name.startswith(f"{variant}|") and f"-proxy-{proxy_for}|" in name and "|kernel " not in name
              and not name.endswith("|exhaustive")]
     if not names:
-        raise InputError(f"--proxy-storage: no proxy study of {variant} for {proxy_for} in {storage}")
+        raise InputError(f"no proxy study of {variant} for {proxy_for} in {storage}")
     return [point for name in sorted(names) for point in study_points(storage, name)]
 
 

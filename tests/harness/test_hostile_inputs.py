@@ -77,6 +77,7 @@ CASES = [
     (("decode-report", "missing.jsonl"), "no such file"),
     (("predict", "--check", "empty.jsonl"), "empty.jsonl"),
     (("predict", "--check", "truncated.jsonl"), "truncated.jsonl:2"),
+    (("predict", "--arch", "sm_90", "--check-proxy", "sm_120", "--proxy-storage", "sqlite:///missing.db"), "no such file"),
     (("predict-fit", "--records", "truncated.jsonl"), "truncated.jsonl:2"),
     (("predict-fit", "--records", "decode.jsonl"), "expected bench records"),
     # tables: not YAML, empty, another type, not winner records, not measurements
