@@ -26,6 +26,9 @@ mkdir -p results/bench results/check results/sanitizer/variants results/ncu
 default() {  # variant arch -> its default config as JSON
   python3 -c "import json, importlib; print(json.dumps(importlib.import_module('verify_kernels.$1').DEFAULT_CONFIGS['$2']))"
 }
+merged() {  # JSON JSON -> the first with the second's keys over it
+  python3 -c "import json, sys; print(json.dumps({**json.loads(sys.argv[1]), **json.loads(sys.argv[2])}))" "$1" "$2"
+}
 bench_shapes() {  # out proxy-flag... ; the rest of the flags per group
   local out=$1; shift
   for shape in "--prefix 32768,131072,185000 --tree 64 --heads 8" "--prefix 185000 --tree 256 --heads 8" \
@@ -83,7 +86,7 @@ for item in "$@"; do
         [ -z "$list" ] && continue
         base=$(default cuda_qreg $arch); flags=(--config "$base")
         while read -r line; do
-          [ -n "$line" ] && flags+=(--config "$(python3 -c "import json, sys; print(json.dumps({**json.loads(sys.argv[1]), **json.loads(sys.argv[2])}))" "$base" "$line")")
+          [ -n "$line" ] && flags+=(--config "$(merged "$base" "$line")")
         done <<< "$list"
         mapfile -t overrides <<< "$list"
         timeout -k 5 "$(( $(left) / 3 ))" python3 scripts/warm_kernel_cache.py cuda_qreg $arch --configs "${overrides[@]}" | tail -n 2
@@ -101,7 +104,7 @@ for item in "$@"; do
       for entry in ${QREG_NCU:-sm_90-default= sm_120-default=}; do
         label=${entry%%=*}; arch=${label%%-*}; override=${entry#*=}
         config=$(default cuda_qreg $arch)
-        [ -n "$override" ] && config=$(python3 -c "import json, sys; print(json.dumps({**json.loads(sys.argv[1]), **json.loads(sys.argv[2])}))" "$config" "$override")
+        [ -n "$override" ] && config=$(merged "$config" "$override")
         log="results/ncu/cuda_qreg-131072-64-8-$label-$sku.txt"
         { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; echo "config $config"; } > "$log"
         spec="{\"variant\": \"cuda_qreg\", \"prefix_len\": 131072, \"tree_nodes\": 64, \"heads\": 8, \"page_size\": 64, \"config\": $config, \"seed\": 0}"

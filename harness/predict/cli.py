@@ -53,21 +53,14 @@ def proxy_rows(points: list[dict], variant: str, arch_name: str, fitted_on: str,
     measured time among those ties over the measured best (what a proxy run of the ties would pick),
     and the shipped predicted ``proxy_for`` table's pick over ``proxy_for``'s default config, both
     as measured here."""
-    from harness.predict.fit import blocks_per_sm, config_key, predicted_ms, spearman
+    from harness.predict.fit import blocks_per_sm, config_key, keyed_predictions, spearman
 
-    arch = load_arch(arch_name)
     params = load_params(variant, fitted_on)["params"]
     blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key)) for key in {config_key(p["config"]) for p in points}}
     default = variants.defaults_for(variants.load_variant(variant), proxy_for)
     shipped_picks = shipped_predicted_picks(variant, proxy_for)
     rows = []
-    for key in sorted({(p["prefix_len"], p["tree_nodes"], p["heads"]) for p in points}):
-        group = [p for p in points if (p["prefix_len"], p["tree_nodes"], p["heads"]) == key
-                 and blocks[config_key(p["config"])] >= 1]
-        if len(group) < 2:
-            continue
-        predicted = [predicted_ms(p, variant, arch, blocks, params) for p in group]
-        measured = [p["measured_ms"] for p in group]
+    for key, group, predicted, measured in keyed_predictions(points, variant, load_arch(arch_name), blocks, params):
         best, pick = min(measured), min(range(len(group)), key=predicted.__getitem__)
         ties = [i for i in range(len(group)) if predicted[i] <= predicted[pick] * (1 + TIE)]
         by_config = {config_key(p["config"]): p["measured_ms"] for p in group}

@@ -147,17 +147,22 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def keyed_predictions(points: list[dict], variant: str, arch: Arch, blocks: dict, params: dict, keep=None):
+    """Per shape key (L, T, H), in order: (key, group, predicted ms, measured ms) over the points whose
+    config places a CTA (and that ``keep`` admits, if given); keys with fewer than two are skipped."""
+    for key in sorted({(p["prefix_len"], p["tree_nodes"], p["heads"]) for p in points}):
+        group = [p for p in points if (p["prefix_len"], p["tree_nodes"], p["heads"]) == key
+                 and blocks[config_key(p["config"])] >= 1 and (keep is None or keep(p))]
+        if len(group) >= 2:
+            yield (key, group, [predicted_ms(p, variant, arch, blocks, params) for p in group],
+                   [p["measured_ms"] for p in group])
+
+
 def validate(points: list[dict], variant: str, arch: Arch, blocks: dict, params: dict, held_out: set) -> list[dict]:
     """Per shape key over held-out configs: Spearman, predicted-best's measured / measured best, median |% error|."""
     rows = []
-    keys = sorted({(p["prefix_len"], p["tree_nodes"], p["heads"]) for p in points})
-    for key in keys:
-        group = [p for p in points if (p["prefix_len"], p["tree_nodes"], p["heads"]) == key
-                 and config_key(p["config"]) in held_out and blocks[config_key(p["config"])] >= 1]
-        if len(group) < 2:
-            continue
-        predicted = [predicted_ms(p, variant, arch, blocks, params) for p in group]
-        measured = [p["measured_ms"] for p in group]
+    for key, group, predicted, measured in keyed_predictions(points, variant, arch, blocks, params,
+                                                             lambda p: config_key(p["config"]) in held_out):
         chosen = int(np.argmin(predicted))
         rows.append({"prefix_len": key[0], "tree_nodes": key[1], "heads": key[2], "configs": len(group),
                      "spearman": spearman(predicted, measured),

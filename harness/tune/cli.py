@@ -151,7 +151,8 @@ def cmd_tuned(args) -> int:
         if args.file is None:
             raise SystemExit("vk tuned: --publish needs --file, the measured table to ship (results/tuned/<gpu>.yaml)")
         check_source_checkout("--publish")
-        problems = publish_problems(read_winners(args.file, "--file"))
+        table = read_winners(args.file, "--file")
+        problems = publish_problems(table)
         if problems:
             raise SystemExit(f"vk tuned: --publish: {args.file}: {problems[0]}"
                              + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
@@ -159,8 +160,8 @@ def cmd_tuned(args) -> int:
         if stale:
             print("\n".join(stale))
             raise SystemExit(f"vk tuned: --publish: {len(stale)} stale records in {args.file}; re-tune them first")
-        proxies = {record.get("proxy_for") for record in read_winners(args.file, "--file").values()}
-        print(f"published {publish_winners(args.file, proxies.pop())}")
+        proxy_for = next(iter(table.values())).get("proxy_for")  # one for the whole table (publish_problems)
+        print(f"published {publish_winners(args.file, proxy_for)}")
         return 0
     if args.check:
         stale = [line for _, path in tables for line in check_winners(path)]
