@@ -6,8 +6,8 @@ A CTA is WARPS_M row groups of 4 warps, 32 query rows per group. Warp ``wn`` of 
 head dims [144 wn, +144) of the group's rows in registers and computes their partial S; the four
 partials meet in shared memory, where warp ``wn`` owns the softmax of rows [8 wn, +8) and writes P;
 then every warp computes O += P V for its 128 output columns. The KV ring (bulk-copied token rows,
-mbarriers) is refilled by whichever warp finishes a tile last: no producer warp, so 8 warps of 255
-registers fit an SM. The KV is cut by the planner (planner.py) and merged by the shared combine
+mbarriers) is refilled by every warp, its share of a tile's rows after each tile's CTA-wide barrier:
+no producer warp, so 8 warps of 255 registers fit an SM. The KV is cut by the planner (planner.py) and merged by the shared combine
 (split_combine.py). Tunables are compile-time macros:
 
 - ``WARPS_M``: row groups per CTA (rows per CTA = 32 WARPS_M);
@@ -90,6 +90,9 @@ def config_problems(config: dict) -> list[str]:
         problems.append(f"BLOCK_N must be 16, 32 or 64, got {block_n}")
     if not 2 <= stages <= 10:
         problems.append(f"STAGES must be 2 .. 10 (the mbarrier block), got {stages}")
+    if block_n % (DIM_WARPS * warps_m):
+        problems.append(f"BLOCK_N must be a multiple of the CTA's {DIM_WARPS * warps_m} warps (each copies its "
+                        f"share of a tile), got {block_n}")
     if warps_m > 14:
         problems.append(f"WARPS_M must be <= 14 (named barriers), got {warps_m}")
     if DIM_WARPS * warps_m * min_blocks > 8:
@@ -159,7 +162,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
 def tile_work(config: dict) -> dict:
     """What one CTA does per KV tile, for performance models: mma.sync m16n8k16 count, bytes through
     the shared-memory pipe (K and V ldmatrix reads, the partial-S stores and the owners' reads, P's
-    stores and ldmatrix reads, the bulk copy's writes), barriers (the row group's two), the warps
+    stores and ldmatrix reads, the bulk copy's writes), barriers (one CTA-wide, one the row group's), the warps
     the CTA keeps resident, and the split rule. Q is in registers: no Q bytes per tile."""
     rows, block_n = rows_per_cta(config), config["BLOCK_N"]
     warps = DIM_WARPS * config["WARPS_M"]

@@ -2,8 +2,8 @@
 // (PTX ISA 8.0: sm_90 and sm_120), and the plan lookup, for the CUDA verify kernels.
 //
 // A tile is TILE_ROWS token rows of 576 elements (1152 bytes, one bulk copy each) at a row pitch of
-// PITCH elements; slot `tile % SLOTS` of the ring holds it and completes on full[slot] (32 lane
-// arrivals, each with its bytes). Rows past the sequence are copied from a global row of zeros, so
+// PITCH elements; slot `tile % SLOTS` of the ring holds it and completes on full[slot] (one arrival
+// per row, each with the row's bytes). Rows past the sequence are copied from a global row of zeros, so
 // NaN in unused pool slots never reaches a tile and every write to the ring goes through the async
 // proxy, ordered by the mbarrier alone.
 #pragma once
@@ -40,28 +40,27 @@ __device__ __forceinline__ void bulk_copy_kv_row(void* dst, const void* src, uns
       : "memory");
 }
 
-// One warp's copies of tile `tile`: rows [start + tile * TILE_ROWS, +TILE_ROWS) of the request into
-// slot tile % SLOTS, lane i copying rows i, i + 32, ...
-template <int TILE_ROWS, int SLOTS, int PITCH>
-__device__ __forceinline__ void issue_kv_tile(elem_t* ring, unsigned long long* full, const elem_t* kv,
+// One warp's share of tile `tile`: rows [first_row, +SHARE) of the tile (positions start + tile *
+// TILE_ROWS + row of the request) into slot tile % SLOTS, lane i < SHARE copying row first_row + i.
+// full[slot] counts TILE_ROWS arrivals, one per row, each with the row's bytes; every warp of the CTA
+// issues its share, so the copies go out in parallel (one warp issuing a whole tile's 32 copies
+// stalled its row group: notes/2026-12-04-qreg-ring.md).
+template <int TILE_ROWS, int SLOTS, int PITCH, int SHARE>
+__device__ __forceinline__ void issue_kv_rows(elem_t* ring, unsigned long long* full, const elem_t* kv,
                                               const elem_t* zero_row, const int* table, int page_size, int start,
-                                              int seq_len, int tile, int lane) {
-  const int slot = tile % SLOTS;
-  elem_t* dst = ring + slot * TILE_ROWS * PITCH;
-  const int tile_start = start + tile * TILE_ROWS;
-  const unsigned rows = lane < TILE_ROWS ? (TILE_ROWS - lane + 31) / 32 : 0;
+                                              int seq_len, int tile, int first_row, int lane) {
+  static_assert(SHARE >= 1 && SHARE <= 32 && TILE_ROWS % SHARE == 0, "a warp's share: 1 .. 32 rows");
+  if (lane >= SHARE) return;
+  const int slot = tile % SLOTS, row = first_row + lane, pos = start + tile * TILE_ROWS + row;
+  const elem_t* src = zero_row;
+  if (pos < seq_len) {
+    const long long page = table[pos / page_size];
+    src = kv + (page * page_size + pos % page_size) * KV_ROW_ELEMS;
+  }
   // Earlier generic-proxy reads of this slot (its last tile) come before the async proxy writes it.
   fence_proxy_async();
-  mbar_arrive_expect_tx(&full[slot], rows * KV_ROW_BYTES);
-  for (int row = lane; row < TILE_ROWS; row += 32) {
-    const int pos = tile_start + row;
-    const elem_t* src = zero_row;
-    if (pos < seq_len) {
-      const long long page = table[pos / page_size];
-      src = kv + (page * page_size + pos % page_size) * KV_ROW_ELEMS;
-    }
-    bulk_copy_kv_row(dst + row * PITCH, src, &full[slot]);
-  }
+  mbar_arrive_expect_tx(&full[slot], KV_ROW_BYTES);
+  bulk_copy_kv_row(ring + (slot * TILE_ROWS + row) * PITCH, src, &full[slot]);
 }
 
 // The planner's device plan (verify_kernels/planner.py): plan[0..batch] the first unit of each

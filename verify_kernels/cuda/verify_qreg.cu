@@ -6,8 +6,9 @@
 // CTA: ROWS = 32 * WARPS_M query rows (row r = node * H + head of one request) against one unit of
 // the plan (a request and a range of its positions), walked in tiles of BLOCK_N tokens from a
 // STAGES-deep ring of bulk-copied KV rows. Grid (row blocks, units bound); a CTA past the plan's
-// units returns at once. No producer warp: consumer warp 0 fills the ring at the start, and the
-// last warp to finish a tile refills its slot (a shared counter per slot).
+// units returns at once. No producer warp: every warp copies its share of a tile's rows (BLOCK_N /
+// warps, one bulk copy per row), the first STAGES tiles at the start and tile i - 1 + STAGES at the end
+// of tile i (every warp is done with tile i - 1's slot since tile i's CTA-wide barrier).
 // Warps: WARPS_M row groups of 4 warps; row group wm owns rows [32 wm, +32) (two 16-row tiles).
 // Warp wn of a group (the "dim warp"):
 //   S: holds Q's head dims [144 wn, +144) of the group's 32 rows as mma A fragments (72 registers,
@@ -18,8 +19,10 @@
 //     factor of its rows.
 //   O += P V: output columns [128 wn, +128) of all 32 rows (128 fp32 registers), P's A fragments by
 //     ldmatrix, V = the tile's first 512 columns by ldmatrix.trans.
-// Two named barriers of the row group per tile (after the partial S, after P); none CTA-wide.
-// Shared memory: mbarriers and slot counters, the ring [STAGES][BLOCK_N][584], partial S
+// Two barriers per tile: CTA-wide after the partial S (it also frees tile i - 1's slot), the row
+// group's after P. (A per-slot counter with the last warp refilling the whole tile cost 16-27% more
+// time: notes/2026-12-04-qreg-ring.md.)
+// Shared memory: mbarriers, the ring [STAGES][BLOCK_N][584], partial S
 // [WARPS_M][4][32][BLOCK_N + 8] fp32, P [ROWS][BLOCK_N + 8], the rescale factors and row sums
 // [ROWS] fp32. Padding makes the fragment stores and the owners' float4 reads conflict-free.
 // Online softmax in fp32 (base 2). A request of one unit is written to the output; otherwise fp32
@@ -56,12 +59,14 @@ constexpr int OWN_SEGS = BLOCK_N / 16;            // float4 column segments per 
 constexpr int PITCH = D + 8;
 constexpr int S_PITCH = BLOCK_N + 8;
 constexpr int P_PITCH = BLOCK_N + 8;
-constexpr int BARRIER_BYTES = 128;  // STAGES mbarriers and STAGES counters, padded
+constexpr int BARRIER_BYTES = 128;  // STAGES mbarriers, padded
+constexpr int SHARE = BLOCK_N / CONSUMERS;  // a warp's rows of each tile
 #define NEG_INF __int_as_float(0xff800000)
 #define LN2 0.6931471805599453f
 
 static_assert(BLOCK_N == 16 || BLOCK_N == 32 || BLOCK_N == 64, "BLOCK_N: 16, 32 or 64");
 static_assert(STAGES >= 2 && STAGES * 12 <= BARRIER_BYTES, "STAGES: 2 .. 10");
+static_assert(BLOCK_N % CONSUMERS == 0, "BLOCK_N: a multiple of the CTA's warps (each copies its share)");
 static_assert(WARPS_M >= 1 && WARPS_M <= 14, "named barriers: 1 .. WARPS_M for the row groups");
 
 __device__ __forceinline__ void row_group_sync(int wm) {
@@ -80,7 +85,6 @@ __device__ __forceinline__ void row_group_sync(int wm) {
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VERIFY_PARAMS) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem_raw);
-  int* released = reinterpret_cast<int*>(full + STAGES);  // warps done with each slot's tile
   elem_t* ring = reinterpret_cast<elem_t*>(smem_raw + BARRIER_BYTES);
   float* s_part = reinterpret_cast<float*>(ring + STAGES * BLOCK_N * PITCH);
   elem_t* p_s = reinterpret_cast<elem_t*>(s_part + WARPS_M * DIM_WARPS * GROUP_ROWS * S_PITCH);
@@ -101,17 +105,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
 
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 32);  // every lane of the issuing warp arrives with its bytes
-      released[s] = 0;
-    }
+    for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], BLOCK_N);  // one arrival per row, with its bytes
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  if (warp == 0) {
-    for (int tile = 0; tile < STAGES && tile < num_tiles; ++tile)
-      issue_kv_tile<BLOCK_N, STAGES, PITCH>(ring, full, kv, zero_row, table, page_size, start, seq_len, tile, lane);
-  }
+  auto issue_share = [&](int tile) {
+    issue_kv_rows<BLOCK_N, STAGES, PITCH, SHARE>(ring, full, kv, zero_row, table, page_size, start, seq_len, tile,
+                                                 warp * SHARE, lane);
+  };
+  for (int tile = 0; tile < STAGES && tile < num_tiles; ++tile) issue_share(tile);
 
   // Q's A fragments of this warp's head dims [144 wn, +144), rows g and g + 8 of each row tile
   // (zero past the last row), straight from global memory.
@@ -145,7 +147,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   const int own_row = wn * OWN_ROWS + (lane / 16) * 4 + (lane / 8) % 2 + 2 * ((lane / 4) % 2);  // in the group
   const int own_r = group_row0 + own_row;
   const int own_node = own_r < num_rows ? own_r / heads : 0;
-  const int* own_mask = tree_mask + (long long)b * stride_mask_b + (long long)own_node * stride_mask_t;
   float m_run = NEG_INF, l_run = 0.f;  // this lane's share of the row sum
   float* my_part = s_part + (wm * DIM_WARPS + wn) * GROUP_ROWS * S_PITCH;
   const float* group_parts = s_part + wm * DIM_WARPS * GROUP_ROWS * S_PITCH;
@@ -220,7 +221,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
           bool visible = pos < seq_len;
           if (visible && pos >= prefix_len && own_r < num_rows) {
             const int col = pos - prefix_len;
-            visible = (own_mask[col / 32] >> (col % 32)) & 1;
+            int req = b;
+            asm volatile("" : "+r"(req));  // the mask row's address computed here, not held across the loop
+            visible = (tree_mask[(long long)req * stride_mask_b + (long long)own_node * stride_mask_t + col / 32] >>
+                       (col % 32)) & 1;
           }
           if (!visible) v[i][e] = NEG_INF;
         }
@@ -280,26 +284,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
     }
   };
 
-  // Done with the slot of `tile`: the last of the CTA's warps refills it with tile + STAGES.
-  auto release = [&](int tile) {
-    __syncwarp();
-    int last = 0;
-    if (lane == 0) {
-      __threadfence_block();  // this warp's reads of the slot before the count
-      last = atomicAdd(&released[tile % STAGES], 1) == CONSUMERS - 1;
-      if (last) {
-        released[tile % STAGES] = 0;
-        __threadfence_block();
-      }
-    }
-    if (__shfl_sync(0xffffffff, last, 0) && tile + STAGES < num_tiles)
-      issue_kv_tile<BLOCK_N, STAGES, PITCH>(ring, full, kv, zero_row, table, page_size, start, seq_len, tile + STAGES,
-                                            lane);
-  };
-
   for (int tile = 0; tile < num_tiles; ++tile) {
     partial_s(tile);
-    row_group_sync(wm);  // the group's partial S complete
+    __syncthreads();  // every warp's partial S of tile, hence every warp done with tile - 1's slot
     float v[OWN_SEGS][4];
     load_s(v);
     finish_softmax(v, tile);
@@ -307,7 +294,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
     rescale_o();
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk) pv_step(tile, kk);
-    release(tile);
+    // Tile - 1's slot is free since the barrier above; refilled here, where fewer registers are live
+    // (right after the barrier the sm_120 default spilled).
+    if (tile >= 1 && tile - 1 + STAGES < num_tiles) issue_share(tile - 1 + STAGES);
   }
 
   // Row sums: the owner's four lanes, then 1 / l through shared memory for the group's warps.
