@@ -44,16 +44,16 @@ def check_points(points: list[dict], variant: str, arch_name: str, fitted_on: st
     return rows, overall
 
 
-TIE = 0.01  # predicted times within 1% of the predicted best: the model cannot tell these configs apart
 
 
 def proxy_rows(points: list[dict], variant: str, arch_name: str, fitted_on: str, proxy_for: str) -> list[dict]:
     """Per key of a proxy measurement: Spearman, the predicted pick's measured time over the
-    measured best, how many configs the model ties with its pick (within ``TIE``), with the best
+    measured best, how many configs the model ties with its pick (within ``MODEL_RESOLUTION``), with the best
     measured time among those ties over the measured best (what a proxy run of the ties would pick),
     and the shipped predicted ``proxy_for`` table's pick over ``proxy_for``'s default config, both
     as measured here."""
     from harness.predict.fit import blocks_per_sm, config_key, keyed_predictions, spearman
+    from harness.predict.report import MODEL_RESOLUTION
 
     params = load_params(variant, fitted_on)["params"]
     blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key)) for key in {config_key(p["config"]) for p in points}}
@@ -62,7 +62,7 @@ def proxy_rows(points: list[dict], variant: str, arch_name: str, fitted_on: str,
     rows = []
     for key, group, predicted, measured in keyed_predictions(points, variant, load_arch(arch_name), blocks, params):
         best, pick = min(measured), min(range(len(group)), key=predicted.__getitem__)
-        ties = [i for i in range(len(group)) if predicted[i] <= predicted[pick] * (1 + TIE)]
+        ties = [i for i in range(len(group)) if predicted[i] <= predicted[pick] * (1 + MODEL_RESOLUTION)]
         by_config = {config_key(p["config"]): p["measured_ms"] for p in group}
         default_ms = by_config.get(config_key({k: v for k, v in default.items() if k in group[0]["config"]}))
         shipped = shipped_picks.get((l_bucket(key[0]), key[1], key[2]))
@@ -103,7 +103,7 @@ def write_proxy_validation(rows: list[dict], variant: str, proxy_for: str, fitte
             f"--check-proxy {proxy_for} --proxy-storage {storage}`.\n\n{table}\n\n"
             f"Spearman >= 0.8 at {spearman_ok} of {len(rows)} keys; the predicted pick within 10% of the measured "
             f"best at {pick_ok} of {len(rows)} ({100 * pick_ok / max(1, len(rows)):.0f}%; target 90%). The model "
-            f"ties its pick with other configs (within {100 * TIE:.0f}%) at {tied} keys: there a proxy measurement "
+            f"ties its pick with other configs (within {100 * MODEL_RESOLUTION:.0f}%) at {tied} keys: there a proxy measurement "
             f"of the ties decides (`vk tune --constrain-to` queues them first). The shipped predicted {proxy_for} "
             f"table's pick, measured here, against {proxy_for}'s default config: slower at "
             f"{sum(x > 1.01 for x in shipped)} of {len(shipped)} keys it answers (worst {max(shipped, default=1):.2f}x).\n")
@@ -191,7 +191,8 @@ def cmd_predict_fit(args) -> int:
         out_dir = results_dir() / "predict"
         check_output_dir(out_dir, "results folder")
         out_dir.mkdir(parents=True, exist_ok=True)
-        _predict_tables(args, load_params(args.variant, args.fitted_on)["params"], out_dir)
+        shipped = load_params(args.variant, args.fitted_on)
+        _predict_tables(args, shipped["params"], shipped["validation"], out_dir)
         return 0
     if args.study:
         from harness.predict.fit import study_points
@@ -227,20 +228,23 @@ def cmd_predict_fit(args) -> int:
         print(f"shipped {params_path(args.variant, args.fitted_on)}: vk predict reads these parameters")
     markdown = write_validation(points, args.variant, arch, fitted, rows, held_out, out_dir, args.fitted_on)
     print(markdown.read_text())
-    _predict_tables(args, fitted["params"], out_dir)
+    _predict_tables(args, fitted["params"], rows, out_dir)
     print(f"wrote {fitted_path} and {out_dir}; held-out configs: {len(held_out)}, "
           f"training configs: {len(train)} (configs compared without kv_splits)")
     return 0
 
 
-def _predict_tables(args, params: dict, out_dir: Path) -> None:
-    """Each --predict-for arch's space predicted with ``params`` (results/predict/), shipped with --ship."""
+def _predict_tables(args, params: dict, validation: list[dict], out_dir: Path) -> None:
+    """Each --predict-for arch's space predicted with ``params`` (results/predict/), shipped with --ship;
+    a pick replaces the arch's default only where predicted faster by more than the fit's held-out
+    error (``validation``)."""
     import shutil
 
-    from harness.predict.report import predicted_space
+    from harness.predict.report import held_out_error, predicted_space
 
+    margin = held_out_error(validation)
     for target in args.predict_for or []:
-        table = predicted_space(args.variant, load_arch(target), target, params, args.fitted_on, out_dir)
+        table = predicted_space(args.variant, load_arch(target), target, params, args.fitted_on, out_dir, margin)
         print(table.read_text())
         if args.ship:
             shipped = SHIPPED_TUNED_DIR / f"predicted-{target}.yaml"

@@ -14,10 +14,10 @@ from .model import predict
 from harness.static.space import kernel_source_hash, resolve, static_feasibility
 from verify_kernels.dispatch import l_bucket
 
-# Configs predicted within this fraction of the best are ones the model cannot tell apart: the fit's
-# held-out error is several times larger (results/predict/validation-*.md). Among them the table takes
-# the arch's default config when it is one (the proxy measured it faster than the model's arbitrary
-# pick: issue 35), and records them all so that a proxy tune measures them first.
+# Configs predicted within this fraction of the best are ones the model cannot tell apart (the tables'
+# ties and the proxy check's). Among them the table takes the arch's default config when it is one,
+# and records them all so that a proxy tune measures them first. A pick outside the ties still has to
+# beat the default by more than the fit's held-out error to replace it (keep_default_within).
 MODEL_RESOLUTION = 0.02
 KEYS_L = (4096, 32768, 131072, 185000)
 KEYS_T = (16, 64, 256)
@@ -90,9 +90,11 @@ def write_predicted_table(records: list[dict], path: Path) -> None:
                       "page_size": record["page_size"], "predicted_ms": record["time_ms"], "bound": record["bound"],
                       "blocks_per_sm": record["blocks_per_sm"],
                       "kernel_source_hash": kernel_source_hash(record["variant"]),
-                      "search": record.get("search", "every feasible config (vk predict-fit)")}
-        if record.get("model_ties"):
-            table[key]["model_ties"] = record["model_ties"]
+                      "search": record.get("search", "every feasible config (vk predict-fit)"),
+                      **{name: record[name] for name in ("params_hash", "git_commit", "command") if name in record}}
+        for note in ("model_ties", "default_kept"):
+            if record.get(note):
+                table[key][note] = record[note]
     path.write_text(yaml.safe_dump(table, sort_keys=True))
 
 
@@ -113,14 +115,50 @@ def pick_among_ties(scored: list, default: dict) -> tuple[tuple, dict | None]:
                     else "the fastest prediction (the default is not among the tied ones): measure them"}
 
 
-def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitted_on: str, out_dir: Path) -> Path:
+def params_hash(params: dict) -> str:
+    """sha256 (first 16 hex) of the fitted parameters, as the predicted records name them."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def held_out_error(validation: list[dict]) -> float:
+    """The model's error on configs its fit never saw: the median over keys of each key's median
+    |% error| (``fit.validate``'s rows, stored with the fitted parameters), as a fraction."""
+    errors = sorted(row["median_abs_pct_error"] for row in validation)
+    if not errors:
+        raise ValueError("validation: no held-out rows; the fit's error is unknown")
+    middle = len(errors) // 2
+    return (errors[middle] if len(errors) % 2 else (errors[middle - 1] + errors[middle]) / 2) / 100
+
+
+def keep_default_within(chosen: tuple, scored: list, default: dict, margin: float) -> tuple[tuple, dict | None]:
+    """The arch's default config instead of ``chosen`` unless ``chosen`` is predicted faster by more
+    than ``margin`` (the model's held-out error): a predicted gain the model cannot resolve never
+    replaces the default (issue 35: the proxy measured such picks slower than the default). Returns
+    the kept (config, prediction) and, when the default was kept, the predicted gain it gave up."""
+    defaults = [pair for pair in scored if all(default.get(k) == v for k, v in pair[0].items())]
+    if not defaults or defaults[0] is chosen:
+        return chosen, None
+    gain = defaults[0][1].time_ms / chosen[1].time_ms - 1
+    if gain > margin:
+        return chosen, None
+    return defaults[0], {"predicted_gain_of_pick": round(gain, 4), "margin": round(margin, 4),
+                         "pick": chosen[0]}
+
+
+def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitted_on: str, out_dir: Path,
+                    margin: float) -> Path:
     """Every feasible config of the variant's ``arch_name`` space predicted at each key; the best per
-    key to results/predict/<variant>-<arch>-predicted.{md,jsonl}, each record ``predicted: true``."""
+    key (the default where the best is not predicted faster by more than ``margin``: keep_default_within)
+    to results/predict/<variant>-<arch>-predicted.{md,jsonl}, each record ``predicted: true`` with the
+    fitted parameters' hash, the command and the commit."""
     from tabulate import tabulate
 
     # What reproduces these records: the command and the checkout's commit (taken before anything is written).
     checkout = git_commit()
-    provenance = {"command": command_line(), "git_commit": checkout["commit"], "git_dirty": checkout["dirty"]}
+    provenance = {"command": command_line(), "git_commit": checkout["commit"], "git_dirty": checkout["dirty"],
+                  "params_hash": params_hash(params)}
     target = resolve(variant, arch_name)
     kept = [c for c in static_feasibility(target, progress=False) if c.feasible]
     feasible = [c.config for c in kept]
@@ -133,7 +171,8 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
                 scored = [(config, predict(variant, config, prefix_len=length, tree_nodes=nodes, heads=heads,
                                            arch=arch, blocks_per_sm=resident, params=params))
                           for config, resident in zip(feasible, blocks) if resident >= 1]
-                (config, result), ties = pick_among_ties(scored, default)
+                chosen, ties = pick_among_ties(scored, default)
+                (config, result), kept = keep_default_within(chosen, scored, default, margin)
                 floor = 1e3 * max((length + nodes) * 1152 / (arch.dram_tbps * 1e12),   # seconds -> ms
                                   2 * nodes * heads * (length + nodes) * 1088
                                   / (arch.mma_sync_flop_per_clock_per_sm * arch.sms * arch.clock_ghz * 1e9))
@@ -141,7 +180,8 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
                                 "prefix_len": length, "tree_nodes": nodes, "heads": heads, "page_size": 64,
                                 "config": config,  # kv_splits as predicted (0: the split rule)
                                 "predicted_pct_of_spec_floor": 100 * floor / result.time_ms, **result.as_dict(),
-                                **({"model_ties": ties} if ties else {}), **provenance})
+                                **({"model_ties": ties} if ties else {}),
+                                **({"default_kept": kept} if kept else {}), **provenance})
     write_predicted_table(records, out_dir / f"predicted-{arch_name}.yaml")
     jsonl = out_dir / f"{variant}-{arch_name}-predicted.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))

@@ -261,3 +261,22 @@ def test_a_planned_variant_is_predicted_over_the_planners_units():
     starts, chunk = planner.reference_plan(lengths, nodes, bounds)
     assert result.ctas == row_blocks * starts[-1] and result.tiles_per_cta == chunk // config["BLOCK_N"]
     assert result.kv_splits == max(b - a for a, b in zip(starts, starts[1:])) > 1
+
+
+def test_a_predicted_pick_replaces_the_default_only_beyond_the_fits_held_out_error():
+    """issue 35: picks the model predicted a few % faster ran slower than the default on the proxy.
+    The default stays unless the pick's predicted gain exceeds the margin; the record says what it gave up."""
+    from types import SimpleNamespace
+
+    from harness.predict.report import held_out_error, keep_default_within
+
+    scored = [({"A": i}, SimpleNamespace(time_ms=t)) for i, t in enumerate((1.0, 1.05, 1.2))]
+    kept, note = keep_default_within(scored[0], scored, default={"A": 1}, margin=0.08)
+    assert kept is scored[1] and note["pick"] == {"A": 0} and abs(note["predicted_gain_of_pick"] - 0.05) < 1e-9
+    assert keep_default_within(scored[0], scored, default={"A": 2}, margin=0.08) == (scored[0], None)
+    assert keep_default_within(scored[0], scored, default={"A": 0}, margin=0.08) == (scored[0], None)
+    assert keep_default_within(scored[0], scored, default={"A": 9}, margin=0.08) == (scored[0], None)  # not feasible
+    assert held_out_error([{"median_abs_pct_error": e} for e in (8.0, 5.0, 12.0)]) == 0.08
+    assert held_out_error([{"median_abs_pct_error": e} for e in (8.0, 6.0)]) == 0.07
+    with pytest.raises(ValueError, match="held-out"):
+        held_out_error([])
