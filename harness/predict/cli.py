@@ -87,6 +87,8 @@ def write_proxy_validation(rows: list[dict], variant: str, proxy_for: str, fitte
     10% of the best at >= 90% of keys), written to ``out``; returns the text."""
     from tabulate import tabulate
 
+    from harness.predict.report import MODEL_RESOLUTION
+
     spearman_ok = sum(r["spearman"] >= 0.8 for r in rows)
     pick_ok = sum(r["pick_vs_best"] <= 1.10 for r in rows)
     tied = sum(r["ties"] > 1 for r in rows)
