@@ -138,7 +138,7 @@ def keep_default_within(chosen: tuple, scored: list, default: dict, margin: floa
     replaces the default (issue 35: the proxy measured such picks slower than the default). Returns
     the kept (config, prediction) and, when the default was kept, the predicted gain it gave up."""
     defaults = [pair for pair in scored if all(default.get(k) == v for k, v in pair[0].items())]
-    if not defaults or defaults[0] is chosen:
+    if not defaults or any(pair[0] == chosen[0] for pair in defaults):
         return chosen, None
     gain = defaults[0][1].time_ms / chosen[1].time_ms - 1
     if gain > margin:

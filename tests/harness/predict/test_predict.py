@@ -275,6 +275,8 @@ def test_a_predicted_pick_replaces_the_default_only_beyond_the_fits_held_out_err
     assert kept is scored[1] and note["pick"] == {"A": 0} and abs(note["predicted_gain_of_pick"] - 0.05) < 1e-9
     assert keep_default_within(scored[0], scored, default={"A": 2}, margin=0.08) == (scored[0], None)
     assert keep_default_within(scored[0], scored, default={"A": 0}, margin=0.08) == (scored[0], None)
+    twin = [*scored, ({"A": 0}, SimpleNamespace(time_ms=1.0))]  # a space listing a config twice
+    assert keep_default_within(scored[0], twin, default={"A": 0}, margin=0.08) == (scored[0], None)
     assert keep_default_within(scored[0], scored, default={"A": 9}, margin=0.08) == (scored[0], None)  # not feasible
     assert held_out_error([{"median_abs_pct_error": e} for e in (8.0, 5.0, 12.0)]) == 0.08
     assert held_out_error([{"median_abs_pct_error": e} for e in (8.0, 6.0)]) == 0.07
