@@ -163,7 +163,8 @@ def tile_work(config: dict) -> dict:
     """What one CTA does per KV tile, for performance models: mma.sync m16n8k16 count, bytes through
     the shared-memory pipe (K and V ldmatrix reads, the partial-S stores and the owners' reads, P's
     stores and ldmatrix reads, the bulk copy's writes), barriers (one CTA-wide, one the row group's), the warps
-    the CTA keeps resident, and the split rule. Q is in registers: no Q bytes per tile."""
+    the CTA keeps resident, the row copies each warp issues (its share of the tile), and the split rule.
+    Q is in registers: no Q bytes per tile."""
     rows, block_n = rows_per_cta(config), config["BLOCK_N"]
     warps = DIM_WARPS * config["WARPS_M"]
     k_bytes = warps * block_n * (HEAD_DIM // DIM_WARPS) * 2
@@ -172,7 +173,7 @@ def tile_work(config: dict) -> dict:
     p_bytes = rows * block_n * 2 + DIM_WARPS * rows * block_n * 2
     return {"rows": rows, "block_n": block_n, "mma": rows * block_n * (HEAD_DIM + V_DIM) * 2 // 4096,
             "smem_bytes": k_bytes + v_bytes + partial_s + p_bytes + block_n * HEAD_DIM * 2, "barriers": 2,
-            "warps": warps, "split_rule": split_rule(config)}
+            "warps": warps, "copies_by_compute_warps": block_n // warps, "split_rule": split_rule(config)}
 
 
 def offline_arch_problem(arch: str) -> str | None:

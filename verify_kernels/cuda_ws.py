@@ -185,7 +185,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
 def tile_work(config: dict) -> dict:
     """What one CTA does per KV tile, for performance models: mma.sync m16n8k16 count, bytes through
     the shared-memory pipe (ldmatrix reads, the bulk copy's writes, P or the partial-S exchange),
-    barriers, the warps the CTA keeps resident, and the kv_splits rule (``split_rule``)."""
+    barriers, the warps the CTA keeps resident, the row copies a compute warp issues (consumer warp 0's
+    BLOCK_N without a producer warp), and the kv_splits rule (``split_rule``)."""
     rows, block_n = rows_per_cta(config), config["BLOCK_N"]
     warps_n, row_tiles, split_k = config["WARPS_N"], config["ROW_TILES"], config["SPLIT_K"]
     consumers = config["WARPS_M"] * warps_n
@@ -196,7 +197,8 @@ def tile_work(config: dict) -> dict:
     staging = consumers * row_tiles * 16 * block_n * 4 * warps_n if split_k else 2 * 2 * rows * block_n
     return {"rows": rows, "block_n": block_n, "mma": rows * block_n * (HEAD_DIM + V_DIM) * 2 // 4096,
             "smem_bytes": qk + pv + staging + block_n * HEAD_DIM * 2, "barriers": 2,
-            "warps": consumers + config["PRODUCER"], "split_rule": split_rule(config)}
+            "warps": consumers + config["PRODUCER"], "copies_by_compute_warps": 0 if config["PRODUCER"] else block_n,
+            "split_rule": split_rule(config)}
 
 
 def offline_arch_problem(arch: str) -> str | None:

@@ -178,8 +178,8 @@ def cmd_predict_fit(args) -> int:
 
     if args.shipped_params and (args.records or args.study):
         raise SystemExit("vk predict-fit: --shipped-params fits nothing: give no --records or --study with it")
-    if not args.shipped_params and bool(args.records) == bool(args.study):
-        raise SystemExit("vk predict-fit: give --records (bench JSONL) or --study (a vk tune study), one of them")
+    if not args.shipped_params and not (args.records or args.study):
+        raise SystemExit("vk predict-fit: give --records (bench JSONL), --study (vk tune studies) or both")
     try:
         variants.load_variant(args.variant)
         load_arch(args.fitted_on)
@@ -196,14 +196,13 @@ def cmd_predict_fit(args) -> int:
         shipped = load_params(args.variant, args.fitted_on)
         _predict_tables(args, shipped["params"], shipped["validation"], out_dir)
         return 0
-    if args.study:
+    points = measured_points(args.records, args.variant) if args.records else []
+    for study in args.study or []:
         from harness.predict.fit import study_points
 
-        if args.study.split("|")[0] != args.variant:
-            raise SystemExit(f"vk predict-fit: --study {args.study!r} is not a study of --variant {args.variant!r}")
-        points = study_points(args.storage, args.study)
-    else:
-        points = measured_points(args.records, args.variant)
+        if study.split("|")[0] != args.variant:
+            raise SystemExit(f"vk predict-fit: --study {study!r} is not a study of --variant {args.variant!r}")
+        points += study_points(args.storage, study)
     if not points:
         raise SystemExit(f"vk predict-fit: no ok measurements of {args.variant!r} in the given records or study")
     arch = load_arch(args.fitted_on)
@@ -277,7 +276,7 @@ def add_commands(sub) -> None:
 
     fit = sub.add_parser("predict-fit", help="fit the predictor on records, validate on held-out configs")
     fit.add_argument("--records", type=Path, nargs="+", help="bench JSONL files of one GPU")
-    fit.add_argument("--study", help="or a vk tune study's name (e.g. an exhaustive one) in --storage")
+    fit.add_argument("--study", nargs="+", help="and/or vk tune studies' names (e.g. a tune's keys) in --storage")
     fit.add_argument("--storage", default=default_optuna_storage(), help="the Optuna storage of --study")
     fit.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
     fit.add_argument("--fitted-on", default="sm_90", choices=known_arches(), help="the arch of the GPU that measured the records")

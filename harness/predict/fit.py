@@ -1,4 +1,4 @@
-"""Fit the predictor's five parameters on measured records of one GPU and validate it on held-out
+"""Fit the predictor's parameters (``model.parameters_for``) on measured records of one GPU and validate it on held-out
 configs; predict a variant's whole search space on another arch.
 
 Fitting: Optuna (TPE, seeded) minimises the mean squared log ratio of predicted to measured time over
@@ -19,7 +19,7 @@ import numpy as np
 from harness.static.space import STATIC_CACHE_DIR, _compile_key
 
 from verify_kernels.arch import Arch
-from .model import PARAMETERS, predict
+from .model import parameters_for, predict
 from harness.measure.inputs import InputError
 from harness.measure.optuna_storage import load_study
 from harness.measure.records import read_records
@@ -27,7 +27,7 @@ from harness.static.report import static_rows
 from verify_kernels import variants
 
 SEARCH = {"tensor_efficiency": (0.2, 1.0), "smem_efficiency": (0.2, 1.0), "saturating_warps": (1.0, 64.0),
-          "tile_overhead_cycles": (0.0, 4000.0), "fixed_us": (0.0, 30.0)}
+          "tile_overhead_cycles": (0.0, 4000.0), "fixed_us": (0.0, 30.0), "copy_issue_cycles": (0.0, 400.0)}
 
 
 def blocks_per_sm(variant: str, arch: str, config: dict) -> int:
@@ -118,8 +118,11 @@ def fit(points: list[dict], variant: str, arch: Arch, arch_name: str, train: set
     blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key)) for key in {config_key(p["config"]) for p in points}}
     training = [p for p in points if config_key(p["config"]) in train and blocks[config_key(p["config"])] >= 1]
 
+    module = variants.load_variant(variant)
+    names = parameters_for(module.tile_work(module.DEFAULT_CONFIG))
+
     def loss(trial) -> float:
-        params = {name: trial.suggest_float(name, *SEARCH[name]) for name in PARAMETERS}
+        params = {name: trial.suggest_float(name, *SEARCH[name]) for name in names}
         errors = [math.log(predicted_ms(p, variant, arch, blocks, params) / p["measured_ms"]) for p in training]
         return float(np.mean(np.square(errors)))
 

@@ -1,5 +1,5 @@
 """Predicted kernel time from an arch spec, the static model's resources and a variant's declared
-per-tile work (``tile_work``), with five parameters fitted on measurements (``fit.py``).
+per-tile work (``tile_work``), with five or six parameters fitted on measurements (``fit.py``).
 
 One launch: CTAs = row blocks x units (the planner's, ``planner.reference_plan``, for a variant on the
 planner; else KV splits x requests by the variant's split rule), ``blocks_per_sm`` of them resident per SM
@@ -7,12 +7,14 @@ planner; else KV splits x requests by the variant's split rule), ``blocks_per_sm
 round of tiles (one per resident CTA) in
 
     max(mma cycles / (tensor efficiency x f), shared-memory bytes / (128 B/clk x smem efficiency x f))
-        + tile overhead x barriers,   f = min(1, resident warps / saturating warps)
+        + tile overhead x barriers + copy issue x copies,   f = min(1, resident warps / saturating warps)
 
 so a config is tensor-bound or shared-memory-bound by the arch's per-clock rates (the H200 does
 ~2,500 mma FLOP per SM-clock against 128 B; the RTX PRO 6000 ~1,000), and latency-bound below the
-saturating warp count. The longest CTA's tiles x waves x round, plus a fixed launch cost and the
-split combine's traffic, floored by the DRAM time of reading the KV once.
+saturating warp count; "copies" are the bulk copies of a tile's KV rows the busiest compute warp
+issues itself (a kernel without a producer warp), a sixth parameter for the variants that declare them
+(notes/2026-12-04-qreg-ring.md priced them). The longest CTA's tiles x waves x round, plus a fixed launch
+cost and the split combine's traffic, floored by the DRAM time of reading the KV once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from verify_kernels.splits import CTAS_PER_SM, kv_splits_for
 from verify_kernels.arch import Arch
 
 PARAMETERS = ("tensor_efficiency", "smem_efficiency", "saturating_warps", "tile_overhead_cycles", "fixed_us")
+# Fitted only for variants whose tile_work declares the KV copies a compute warp issues per tile.
+COPY_PARAMETER = "copy_issue_cycles"
 HEAD_DIM, V_DIM = 576, 512
 
 
@@ -45,6 +49,11 @@ class Prediction:
         return asdict(self)
 
 
+def parameters_for(work: dict) -> tuple[str, ...]:
+    """The fitted parameters a prediction from ``work`` (a ``tile_work`` result) needs."""
+    return PARAMETERS + ((COPY_PARAMETER,) if "copies_by_compute_warps" in work else ())
+
+
 def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, heads: int, arch: Arch,
             blocks_per_sm: int, params: dict, batch: int = 1, page_size: int = 64,
             prefix_lens: list[int] | None = None) -> Prediction:
@@ -58,10 +67,10 @@ def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, hea
                          f"{[n for n in variants.VARIANTS if variants.optional(variants.load_variant(n), 'tile_work')]}")
     if blocks_per_sm < 1:
         raise ValueError(f"blocks_per_sm: the config cannot place a CTA on an SM of {arch.name} (got {blocks_per_sm})")
-    missing = [name for name in PARAMETERS if name not in params]
+    work = tile_work(config)
+    missing = [name for name in parameters_for(work) if name not in params]
     if missing:
         raise ValueError(f"params: missing {missing}")
-    work = tile_work(config)
     rows = tree_nodes * heads
     lengths = list(prefix_lens) if prefix_lens else [prefix_len] * batch
     batch, sequence = len(lengths), max(lengths) + tree_nodes
@@ -89,6 +98,8 @@ def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, hea
     mma_cycles = resident * work["mma"] * 4096 / (arch.mma_sync_flop_per_clock_per_sm * params["tensor_efficiency"] * latency)
     smem_cycles = resident * work["smem_bytes"] / (arch.smem_bytes_per_clock_per_sm * params["smem_efficiency"] * latency)
     round_cycles = max(mma_cycles, smem_cycles) + params["tile_overhead_cycles"] * work["barriers"]
+    if work.get("copies_by_compute_warps"):  # the refill a compute warp issues itself stalls it
+        round_cycles += params["copy_issue_cycles"] * work["copies_by_compute_warps"]
     kernel_ms = waves * tiles * round_cycles / (arch.clock_ghz * 1e6)
     combine_bytes = sum(count * rows * (V_DIM + 1) * 4 + rows * V_DIM * 2 for count in per_request if count > 1)
     time_ms = kernel_ms + params["fixed_us"] / 1e3 + combine_bytes / (arch.dram_tbps * 1e9)

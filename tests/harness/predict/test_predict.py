@@ -14,7 +14,7 @@ from verify_kernels import cuda_ws
 from verify_kernels.arch import load_arch
 
 EXACT = {"tensor_efficiency": 1.0, "smem_efficiency": 1.0, "saturating_warps": 1.0, "tile_overhead_cycles": 0.0,
-         "fixed_us": 0.0}
+         "fixed_us": 0.0, "copy_issue_cycles": 0.0}
 
 
 def test_shared_memory_bound_tile_by_hand():
@@ -79,9 +79,32 @@ def test_fitted_parameters_and_validation_are_committed():
 
     fitted = yaml.safe_load(params_path("cuda_ws", "sm_90").read_text())
     assert set(fitted["params"]) == {"tensor_efficiency", "smem_efficiency", "saturating_warps",
-                                     "tile_overhead_cycles", "fixed_us"}
+                                     "tile_overhead_cycles", "fixed_us", "copy_issue_cycles"}
     assert fitted["held_out_configs"] and not set(fitted["held_out_configs"]) & set(fitted["train_configs"])
     assert len(fitted["validation"]) == 9
+
+
+def test_the_copies_a_compute_warp_issues_cost_round_time():
+    """Without a producer warp, cuda_ws's warp 0 issues the tile's BLOCK_N row copies, cuda_qreg's warps
+    a share each: copy_issue_cycles per copy of the busiest warp joins each round; a variant that
+    declares copies needs the parameter, one that does not (cuda_coalesced) predicts without it."""
+    config = {**cuda_ws.DEFAULT_CONFIGS["sm_90"], "kv_splits": 1}
+    assert cuda_ws.tile_work(config)["copies_by_compute_warps"] == 0
+    no_producer = {**config, "PRODUCER": 0}
+    assert cuda_ws.tile_work(no_producer)["copies_by_compute_warps"] == config["BLOCK_N"]
+    from verify_kernels import cuda_coalesced, cuda_qreg
+
+    assert cuda_qreg.tile_work(cuda_qreg.DEFAULT_CONFIGS["sm_90"])["copies_by_compute_warps"] == 32 // 8
+    arch = load_arch("sm_90")
+    shape = {"prefix_len": 314, "tree_nodes": 6, "heads": 8, "arch": arch, "blocks_per_sm": 1}
+    free = predict("cuda_ws", no_producer, params=EXACT, **shape)
+    priced = predict("cuda_ws", no_producer, params={**EXACT, "copy_issue_cycles": 100.0}, **shape)
+    tiles = free.tiles_per_cta
+    assert math.isclose(priced.time_ms - free.time_ms, tiles * 100 * 32 / (arch.clock_ghz * 1e6), rel_tol=1e-9)
+    five = {k: v for k, v in EXACT.items() if k != "copy_issue_cycles"}
+    with pytest.raises(ValueError, match="copy_issue_cycles"):
+        predict("cuda_ws", config, params=five, **shape)
+    assert predict("cuda_coalesced", cuda_coalesced.DEFAULT_CONFIG, params=five, **shape).time_ms > 0
 
 
 def test_vk_predict_prints_a_predicted_record():
