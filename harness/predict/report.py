@@ -123,13 +123,14 @@ def params_hash(params: dict) -> str:
 
 
 def held_out_error(validation: list[dict]) -> float:
-    """The model's error on configs its fit never saw: the median over keys of each key's median
-    |% error| (``fit.validate``'s rows, stored with the fitted parameters), as a fraction."""
-    errors = sorted(row["median_abs_pct_error"] for row in validation)
+    """The model's error on configs its fit never saw, at its worst validated key: the largest of the
+    keys' median |% error| (``fit.validate``'s rows, stored with the fitted parameters), as a fraction.
+    The worst key, not the typical one: with the typical error (4.5%) a pick predicted 5.6-5.9% faster
+    than sm_120's default came back, one the proxy measured 1.06x slower."""
+    errors = [row["median_abs_pct_error"] for row in validation]
     if not errors:
         raise ValueError("validation: no held-out rows; the fit's error is unknown")
-    middle = len(errors) // 2
-    return (errors[middle] if len(errors) % 2 else (errors[middle - 1] + errors[middle]) / 2) / 100
+    return max(errors) / 100
 
 
 def keep_default_within(chosen: tuple, scored: list, default: dict, margin: float) -> tuple[tuple, dict | None]:

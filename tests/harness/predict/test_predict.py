@@ -81,7 +81,7 @@ def test_fitted_parameters_and_validation_are_committed():
     assert set(fitted["params"]) == {"tensor_efficiency", "smem_efficiency", "saturating_warps",
                                      "tile_overhead_cycles", "fixed_us", "copy_issue_cycles"}
     assert fitted["held_out_configs"] and not set(fitted["held_out_configs"]) & set(fitted["train_configs"])
-    assert len(fitted["validation"]) == 9
+    assert len(fitted["validation"]) == 12  # the tune's 9 keys and the bench's three at 185000
 
 
 def test_the_copies_a_compute_warp_issues_cost_round_time():
@@ -301,7 +301,6 @@ def test_a_predicted_pick_replaces_the_default_only_beyond_the_fits_held_out_err
     twin = [*scored, ({"A": 0}, SimpleNamespace(time_ms=1.0))]  # a space listing a config twice
     assert keep_default_within(scored[0], twin, default={"A": 0}, margin=0.08) == (scored[0], None)
     assert keep_default_within(scored[0], scored, default={"A": 9}, margin=0.08) == (scored[0], None)  # not feasible
-    assert held_out_error([{"median_abs_pct_error": e} for e in (8.0, 5.0, 12.0)]) == 0.08
-    assert held_out_error([{"median_abs_pct_error": e} for e in (8.0, 6.0)]) == 0.07
+    assert held_out_error([{"median_abs_pct_error": e} for e in (8.0, 5.0, 12.0)]) == 0.12
     with pytest.raises(ValueError, match="held-out"):
         held_out_error([])
