@@ -63,10 +63,19 @@ def key_distance(record: dict, bucket: int, tree_nodes: int, heads: int, page_si
     return sum(abs(math.log2(a / b)) for a, b in zip(found, wanted))
 
 
+TIMING_PREFERENCE = ("graph", "events")
+
+
+def timing_mode(record: dict) -> str:
+    """How a record was timed: its ``timing`` ("graph" or "events"; records before the field: events)."""
+    return record.get("timing", "events")
+
+
 def nearest_winner(table: dict, bucket: int, tree_nodes: int, heads: int, page_size: int, dtype: str,
                    time_key: str) -> tuple[dict, float] | None:
     """The fastest record (by ``time_key``) at the table's nearest key to the wanted one, of this dtype
-    (records without one, the predicted, match any), and its distance; None for an empty table."""
+    (records without one, the predicted, match any) and of one timing mode (graph replay where the key
+    has both), and its distance; None for an empty table."""
     records = [r for r in table.values() if r.get("dtype", dtype) == dtype]
     if not records:
         return None
@@ -79,6 +88,12 @@ def nearest_winner(table: dict, bucket: int, tree_nodes: int, heads: int, page_s
                   key=lambda k: (key_distance(dict(zip(("l_bucket", "tree_nodes", "heads", "page_size"), k)),
                                               bucket, tree_nodes, heads, page_size), tuple(-v for v in k)))
     at_key = [r for r in records if key(r) == nearest]
+    # Nor do times of different timing modes (events include launch gaps that graph replay hides): where
+    # a key has both, its graph-replay records.
+    modes = {timing_mode(r) for r in at_key}
+    if len(modes) > 1:
+        mode = next(m for m in TIMING_PREFERENCE if m in modes)
+        at_key = [r for r in at_key if timing_mode(r) == mode]
     best = min(at_key, key=lambda r: r[time_key])
     return best, key_distance(best, bucket, tree_nodes, heads, page_size)
 

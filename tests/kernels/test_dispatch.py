@@ -148,3 +148,17 @@ def test_a_measured_table_outranks_the_proxy_and_the_proxy_the_predicted(tuned_d
     assert dispatch.choose("other-gpu", "sm_120", 32768, 64, 8, 64, "bfloat16").source == "proxy"
     assert dispatch.choose("other-gpu", "sm_120", 32768, 64, 8, 64, "float16").source == "predicted"
     assert dispatch.choose("other-gpu", None, 32768, 64, 8, 64, "bfloat16").source == "default order"
+
+
+def test_times_of_different_timing_modes_never_compete(tuned_dir):
+    """issue 35: a table mixing events and graph-replay records compares graph-replay records where a
+    key has both (events times carry launch gaps); a key of one mode compares them all."""
+    base = {"config": {}, "page_size": 64, "dtype": "bfloat16", "tree_nodes": 64, "heads": 8}
+    table = {"events": {**base, "variant": "triton_splitkv", "l_bucket": 32768, "median_ms": 0.1},
+             "graph": {**base, "variant": "cuda_ws", "l_bucket": 32768, "median_ms": 0.3, "timing": "graph"},
+             "graph2": {**base, "variant": "gluon_wgmma_ws", "l_bucket": 32768, "median_ms": 0.2, "timing": "graph"},
+             "old": {**base, "variant": "triton_splitkv", "l_bucket": 4096, "median_ms": 0.1, "timing": "events"},
+             "old2": {**base, "variant": "cuda_coalesced", "l_bucket": 4096, "median_ms": 0.05}}
+    (tuned_dir / "some-gpu.yaml").write_text(yaml.safe_dump(table))
+    assert dispatch.choose("some-gpu", None, 32768, 64, 8, 64, "bfloat16").record == table["graph2"]
+    assert dispatch.choose("some-gpu", None, 4096, 64, 8, 64, "bfloat16").record == table["old2"]
