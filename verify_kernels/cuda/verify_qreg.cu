@@ -7,8 +7,8 @@
 // the plan (a request and a range of its positions), walked in tiles of BLOCK_N tokens from a
 // STAGES-deep ring of bulk-copied KV rows. Grid (row blocks, units bound); a CTA past the plan's
 // units returns at once. No producer warp: every warp copies its share of a tile's rows (BLOCK_N /
-// warps, one bulk copy per row), the first STAGES tiles at the start and tile i - 1 + STAGES at the end
-// of tile i (every warp is done with tile i - 1's slot since tile i's CTA-wide barrier).
+// warps, one bulk copy per row), the first STAGES tiles at the start and tile i - 1 + STAGES right
+// after tile i's CTA-wide barrier, when every warp is done with tile i - 1's slot.
 // Warps: WARPS_M row groups of 4 warps; row group wm owns rows [32 wm, +32) (two 16-row tiles).
 // Warp wn of a group (the "dim warp"):
 //   S: holds Q's head dims [144 wn, +144) of the group's 32 rows as mma A fragments (72 registers,
@@ -100,7 +100,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   const int group_row0 = blockIdx.x * ROWS + wm * GROUP_ROWS;  // first row of this warp's group
   const int prefix_len = prefix_lens[b];
   const int seq_len = prefix_len + tree_nodes;
-  const int* table = block_table + (long long)b * stride_table_b;
   const int num_tiles = end > start ? (end - start + BLOCK_N - 1) / BLOCK_N : 0;
 
   if (threadIdx.x == 0) {
@@ -110,8 +109,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   }
   __syncthreads();
   auto issue_share = [&](int tile) {
-    issue_kv_rows<BLOCK_N, STAGES, PITCH, SHARE>(ring, full, kv, zero_row, table, page_size, start, seq_len, tile,
-                                                 warp * SHARE, lane);
+    int request = b;
+    asm volatile("" : "+r"(request));  // the table row's address computed here: held across the loop, it spilled
+    issue_kv_rows<BLOCK_N, STAGES, PITCH, SHARE>(ring, full, kv, zero_row,
+                                                 block_table + (long long)request * stride_table_b, page_size, start,
+                                                 seq_len, tile, warp * SHARE, lane);
   };
   for (int tile = 0; tile < STAGES && tile < num_tiles; ++tile) issue_share(tile);
 
@@ -287,6 +289,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   for (int tile = 0; tile < num_tiles; ++tile) {
     partial_s(tile);
     __syncthreads();  // every warp's partial S of tile, hence every warp done with tile - 1's slot
+    if (tile >= 1 && tile - 1 + STAGES < num_tiles) issue_share(tile - 1 + STAGES);
     float v[OWN_SEGS][4];
     load_s(v);
     finish_softmax(v, tile);
@@ -294,9 +297,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
     rescale_o();
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk) pv_step(tile, kk);
-    // Tile - 1's slot is free since the barrier above; refilled here, where fewer registers are live
-    // (right after the barrier the sm_120 default spilled).
-    if (tile >= 1 && tile - 1 + STAGES < num_tiles) issue_share(tile - 1 + STAGES);
   }
 
   // Row sums: the owner's four lanes, then 1 / l through shared memory for the group's warps.

@@ -15,13 +15,20 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 @needs_nvcc
 @pytest.mark.parametrize("variant", CUDA_VARIANTS)
 @pytest.mark.parametrize("arch, smem_limit_kb", [("sm_90", 227), ("sm_120", 99)])
-def test_default_config_compiles_without_spills_within_the_arch_smem(variant, arch, smem_limit_kb):
-    """Each arch's default compiles with nvcc, does not spill and fits the arch's shared memory."""
+def test_default_config_compiles_within_the_arch_smem_without_spills_in_its_loop(variant, arch, smem_limit_kb):
+    """Each arch's default compiles with nvcc and fits the arch's shared memory; it does not spill, or
+    (where its search space allows spills on the arch) not inside its main loop."""
+    from harness.static.nvcc_compile import spills_in_main_loop
     from harness.static.report import default_rows as static_rows
+    from harness.static.space import resolve
 
     (row,) = static_rows(variant, arch)
     assert row["registers"] > 0, row
-    assert row["spill_store_bytes"] == 0 and row["spill_load_bytes"] == 0, row
+    if row["spill_store_bytes"] or row["spill_load_bytes"]:
+        target = resolve(variant, arch)
+        assert target.spills_allowed, row
+        (spec,) = target.module.kernel_specs(target.defaults)
+        assert spills_in_main_loop(spec, arch) == [], row
     assert row["shared_bytes"] <= smem_limit_kb * 1024, f"{arch} default: {row['shared_bytes']} B"
     assert row["feasible"] and row["blocks_per_sm"] >= 1, row
 
