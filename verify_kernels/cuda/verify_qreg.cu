@@ -20,8 +20,8 @@
 //   O += P V: output columns [128 wn, +128) of all 32 rows (128 fp32 registers), P's A fragments by
 //     ldmatrix, V = the tile's first 512 columns by ldmatrix.trans.
 // Two barriers per tile: CTA-wide after the partial S (it also frees tile i - 1's slot), the row
-// group's after P. (A per-slot counter with the last warp refilling the whole tile took 6-21% more
-// time: notes/2026-12-04-qreg-ring.md.)
+// group's after P. (The last warp refilling the whole tile through a per-slot counter took about 20%
+// more time, 30% at sm_120's tile: notes/2026-12-04-qreg-ring.md.)
 // Shared memory: mbarriers, the ring [STAGES][BLOCK_N][584], partial S
 // [WARPS_M][4][32][BLOCK_N + 8] fp32, P [ROWS][BLOCK_N + 8], the rescale factors and row sums
 // [ROWS] fp32. Padding makes the fragment stores and the owners' float4 reads conflict-free.
