@@ -17,7 +17,8 @@ def test_fp16_and_both_row_group_counts_compile_without_spills_in_the_loop(arch,
     """No spill on sm_90; on sm_120 (two registers short) none inside the main loop."""
     from dataclasses import replace
 
-    from harness.static.nvcc_compile import compile_resources, spills_in_main_loop
+    from harness.static.nvcc_compile import compile_resources
+    from harness.static.sass import spills_in_main_loop
 
     config = {**cuda_qreg.DEFAULT_CONFIGS["sm_120"], "WARPS_M": warps_m, "MIN_BLOCKS": min_blocks}
     (spec,) = cuda_qreg.kernel_specs(config)
@@ -36,7 +37,8 @@ def test_each_arch_default_compiles_without_spills_in_its_loop(arch, fp16):
     tile does) shows here first."""
     from dataclasses import replace
 
-    from harness.static.nvcc_compile import compile_resources, spills_in_main_loop
+    from harness.static.nvcc_compile import compile_resources
+    from harness.static.sass import spills_in_main_loop
 
     (spec,) = cuda_qreg.kernel_specs(cuda_qreg.DEFAULT_CONFIGS[arch])
     spec = replace(spec, macros={**spec.macros, "USE_FP16": fp16})

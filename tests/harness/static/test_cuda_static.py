@@ -18,7 +18,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 def test_default_config_compiles_within_the_arch_smem_without_spills_in_its_loop(variant, arch, smem_limit_kb):
     """Each arch's default compiles with nvcc and fits the arch's shared memory; it does not spill, or
     (where its search space allows spills on the arch) not inside its main loop."""
-    from harness.static.nvcc_compile import spills_in_main_loop
+    from harness.static.sass import spills_in_main_loop
     from harness.static.report import default_rows as static_rows
     from harness.static.space import resolve
 
