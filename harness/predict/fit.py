@@ -1,5 +1,6 @@
-"""Fit the predictor's parameters (``model.parameters_for``) on measured records of one GPU and validate it on held-out
-configs; predict a variant's whole search space on another arch.
+"""Fit the predictor's parameters (``model.parameters_for``) on measured records of one GPU (bench records,
+tune studies or both) and validate it on held-out configs; predict a variant's whole search space on
+another arch.
 
 Fitting: Optuna (TPE, seeded) minimises the mean squared log ratio of predicted to measured time over
 the training configs. Held out: every third distinct config (sorted), never seen by the fit. Per

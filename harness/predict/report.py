@@ -173,7 +173,7 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
                                            arch=arch, blocks_per_sm=resident, params=params))
                           for config, resident in zip(feasible, blocks) if resident >= 1]
                 chosen, ties = pick_among_ties(scored, default)
-                (config, result), kept = keep_default_within(chosen, scored, default, margin)
+                (config, result), default_note = keep_default_within(chosen, scored, default, margin)
                 floor = 1e3 * max((length + nodes) * 1152 / (arch.dram_tbps * 1e12),   # seconds -> ms
                                   2 * nodes * heads * (length + nodes) * 1088
                                   / (arch.mma_sync_flop_per_clock_per_sm * arch.sms * arch.clock_ghz * 1e9))
@@ -182,7 +182,7 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
                                 "config": config,  # kv_splits as predicted (0: the split rule)
                                 "predicted_pct_of_spec_floor": 100 * floor / result.time_ms, **result.as_dict(),
                                 **({"model_ties": ties} if ties else {}),
-                                **({"default_kept": kept} if kept else {}), **provenance})
+                                **({"default_kept": default_note} if default_note else {}), **provenance})
     write_predicted_table(records, out_dir / f"predicted-{arch_name}.yaml")
     jsonl = out_dir / f"{variant}-{arch_name}-predicted.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
