@@ -7,8 +7,8 @@ head dims [144 wn, +144) of the group's rows in registers and computes their par
 partials meet in shared memory, where warp ``wn`` owns the softmax of rows [8 wn, +8) and writes P;
 then every warp computes O += P V for its 128 output columns. The KV ring (bulk-copied token rows,
 mbarriers) is refilled by every warp, its share of a tile's rows after each tile's CTA-wide barrier:
-no producer warp, so 8 warps of 255 registers fit an SM. The KV is cut by the planner (planner.py) and merged by the shared combine
-(split_combine.py). Tunables are compile-time macros:
+no producer warp, so 8 warps of 255 registers fit an SM. The KV is cut by the planner (planner.py) and
+merged by the shared combine (split_combine.py). Tunables are compile-time macros:
 
 - ``WARPS_M``: row groups per CTA (rows per CTA = 32 WARPS_M);
 - ``BLOCK_N``: KV tokens per tile; ``STAGES``: slots in the ring;
