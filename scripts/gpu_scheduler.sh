@@ -11,6 +11,9 @@
 #           (no peers: they ran beside it in bench)          -> results/bench/scheduler-cuda_ws-<gpu>.jsonl
 #   waves   the planned kernels at plan waves 1, 2 and 4 on a ragged batch and a short tree
 #                                                              -> results/bench/scheduler-waves-<gpu>.jsonl
+#   spans   gluon_wgmma_ws on the spans rule (waves 0: CTA ranges across requests) against its units rule
+#           (waves 2): its oracle suite and graph-replay test, then the bench shapes and two batches not
+#           benched before, beside the peers           -> results/check/spans-<gpu>.log, results/bench/spans-<gpu>.jsonl
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
 # Usage (repository root): bash scripts/gpu_scheduler.sh SECONDS STEP[:SECONDS]...
 . scripts/gpu_env.sh
@@ -68,6 +71,18 @@ for item in "$@"; do
           --peers $shape --config '{"waves": 1}' --config '{"waves": 2}' --config '{"waves": 4}'
       done
       tail -n 8 "results/bench/scheduler-waves-$sku.txt"; pack ;;
+    spans)
+      log="results/check/spans-$sku.log"
+      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+        echo "command: python3 -m pytest -q -p no:cacheprovider -rs tests/kernels/test_planner.py tests/kernels/test_variants.py -k gluon_wgmma_ws"; } > "$log"
+      timeout -k 10 "$(( $(left) / 4 ))" python3 -m pytest -q -p no:cacheprovider -rs tests/kernels/test_planner.py \
+        tests/kernels/test_variants.py -k gluon_wgmma_ws >> "$log" 2>&1
+      tail -n 4 "$log"; pack
+      ours="gluon_wgmma_ws --config {\"waves\":0} --config {\"waves\":2}"; records="results/bench/spans-$sku.jsonl"
+      bench_shapes
+      bench --ragged 262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000 --tree 128 --heads 8
+      bench --ragged 100000,50000,25000,12000,6000,3000 --tree 16 --heads 64
+      pack ;;
     report) python3 -m harness report "$records" --peers --title "The planner beside the peers ($sku)" \
               --out "results/report/scheduler-$sku" > /dev/null 2>&1; pack
             sed -n '/## Ours against the peers/,/## The portable race/p' "results/report/scheduler-$sku.md" | head -n 40 ;;

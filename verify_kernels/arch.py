@@ -21,7 +21,8 @@ ARCH_DIR = Path(__file__).resolve().parent / "arches"
 # What a kernel may need of the ISA, and the first capability that has it (PTX ISA): mma.sync, cp.async.bulk
 # with mbarrier transaction counts, wgmma (sm_90a only: Blackwell dropped it). A record lists its own; the
 # capabilities serve a device without a record.
-FEATURES = {"mma_sync": (8, 0), "bulk_copy": (9, 0), "wgmma": (9, 0)}
+# griddepcontrol: programmatic dependent launch (a kernel starts while the one before it ends)
+FEATURES = {"mma_sync": (8, 0), "bulk_copy": (9, 0), "wgmma": (9, 0), "griddepcontrol": (9, 0)}
 FIELDS = ("capability", "features", "sms", "clock_ghz", "dram_tbps", "l2_mb", "smem_per_sm_kb", "smem_per_block_kb",
           "smem_carveouts_kb", "registers_per_sm", "max_threads_per_sm", "max_blocks_per_sm", "barriers_per_sm",
           "mma_sync_flop_per_clock_per_sm", "smem_bytes_per_clock_per_sm")
@@ -157,3 +158,8 @@ def missing_feature(shape_or_device, feature: str, what: str) -> str | None:
     if capability < FEATURES[feature] or feature == "wgmma" and capability[0] != 9:
         return f"needs {what}, which {name} does not have"
     return None
+
+
+def device_has(device: torch.device, feature: str) -> bool:
+    """Whether a CUDA device has ``feature`` (False off CUDA)."""
+    return torch.device(device).type == "cuda" and missing_feature(torch.device(device), feature, feature) is None

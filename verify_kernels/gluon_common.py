@@ -62,6 +62,69 @@ def plan_unit(Plan, unit, B, B_POW2: gl.constexpr, num_warps: gl.constexpr):
     return request, (unit - first_unit) * chunk, chunk, splits, gl.load(Plan + B)
 
 
+@gluon.jit
+def wait_for_prior_grids():
+    """griddepcontrol.wait: in a kernel launched programmatically (``launch_pdl``), wait until the
+    grids before it have finished and their writes are visible (a no-op otherwise)."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def launch_dependents():
+    """griddepcontrol.launch_dependents: the next grid, if launched programmatically, may be
+    scheduled now (it waits for this one with ``wait_for_prior_grids`` before reading its output)."""
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
+def cta_range(Plan, cta, B, B_POW2: gl.constexpr, BLOCK_N: gl.constexpr, SPANS: gl.constexpr,
+              num_warps: gl.constexpr):
+    """CTA ``cta``'s work in the batch's tiles laid end to end (planner.py's plan layout):
+    (first tile, end tile, its first unit, its segments). Spans rule: tiles [cta * span, + span),
+    crossing requests; a units rule: its unit's tiles (none past the plan, one segment, maybe
+    empty: a fixed split past its request still writes its empty partial rows)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    b = gl.arange(0, B_POW2, layout=layout)
+    tile_start = gl.load(Plan + B + 2 + b, mask=b < B, other=0)
+    total = gl.load(Plan + 2 * B + 2)
+    chunk_tiles = gl.load(Plan + B + 1) // BLOCK_N
+    if SPANS:
+        begin = gl.minimum(cta * chunk_tiles, total)
+        end = gl.minimum(begin + chunk_tiles, total)
+        inner = (b >= 1) & (b < B)
+        first_unit = cta + gl.sum((inner & (tile_start < begin) & (tile_start % chunk_tiles != 0)).to(gl.int32), 0)
+        segments = gl.where(begin < end,
+                            1 + gl.sum((inner & (tile_start > begin) & (tile_start < end)).to(gl.int32), 0), 0)
+    else:
+        request, start, chunk, splits, units = plan_unit(Plan, cta, B, B_POW2, num_warps)
+        begin = gl.load(Plan + B + 2 + request) + start // BLOCK_N
+        end = gl.maximum(gl.minimum(begin + chunk_tiles, gl.load(Plan + B + 3 + request)), begin)
+        first_unit = cta
+        segments = (cta < units).to(gl.int32)
+    return begin, end, first_unit, segments
+
+
+@gluon.jit
+def segment_at(Plan, cta, position, end, B, B_POW2: gl.constexpr, BLOCK_N: gl.constexpr, SPANS: gl.constexpr,
+               num_warps: gl.constexpr):
+    """The segment starting at tile ``position`` of CTA ``cta``'s range (``cta_range``), which ends at
+    ``end``: (request, its first position in the request, tiles, units of the request). A units
+    rule's CTA has one segment, its unit (empty for a fixed split past its request)."""
+    if SPANS:
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        b = gl.arange(0, B_POW2, layout=layout)
+        tile_start = gl.load(Plan + B + 2 + b, mask=b < B, other=0)
+        request = gl.sum(((b >= 1) & (b < B) & (tile_start <= position)).to(gl.int32), 0)
+        tiles = gl.minimum(end, gl.load(Plan + B + 3 + request)) - position
+        start = (position - gl.load(Plan + B + 2 + request)) * BLOCK_N
+        splits = gl.load(Plan + request + 1) - gl.load(Plan + request)
+    else:
+        request, start, chunk, splits, units = plan_unit(Plan, cta, B, B_POW2, num_warps)
+        tiles = end - position
+    return request, start, tiles, splits
+
+
 def unsupported_reason(shape: ProblemShape) -> str | None:
     if shape.device.type != "cuda":
         return f"needs a CUDA Hopper GPU (wgmma, sm_90), got {shape.device}"

@@ -17,15 +17,19 @@ FlashMLA's first Hopper kernel splits the work:
   0's next S and softmax. TMA instead of cp.async: 9-11% faster at T 64-256 (no addresses, no
   per-row block-table reads, no cp.async issue on the warpgroup that also does P V).
 
-CTA: 64 query rows (row r = node * H + head of one request) against one KV split, tiles of
-BLOCK_N positions. Shared memory: Q [64, 576], 2 x KV [BLOCK_N, 576], P [64, BLOCK_N], the
-rescale factor and the row sums. Barriers (mbarriers): kv_ready[stage] (one arrival per loader
-thread, and the TMA byte count), kv_free[stage] (both warpgroups done with a stage), p_ready / p_free (the P
-hand-off), sums_ready (the final row sums for warpgroup 1's normalisation).
+CTA: 64 query rows (row r = node * H + head) against its work of the plan (planner.py): by default
+(``waves`` 0) a span of the batch's KV tiles laid end to end, which may cross requests: the CTA walks
+it segment by segment (the part inside one request), warpgroup 0 loading that request's Q rows at
+each, both warpgroups writing each segment's output (or its partial rows, which the shared combine
+merges); with a units rule, one unit of one request. Tiles of BLOCK_N positions. Shared memory: Q
+[64, 576], 2 x KV [BLOCK_N, 576], P [64, BLOCK_N], the rescale factor and the row sums. Barriers
+(mbarriers), their phases counted over the CTA's tiles across segments: kv_ready[stage] (one arrival
+per loader thread, and the TMA byte count), kv_free[stage] (both warpgroups done with a stage),
+p_ready / p_free (the P hand-off), sums_ready (a segment's row sums for warpgroup 1's normalisation).
 
 Positions past the sequence are clamped to its last row when copied and masked to -inf in S; rows
-past T x H are clamped and not stored. The plan (planner.py: units of near-equal work over the
-batch, made on the device) and the combine are shared with triton_splitkv.
+past T x H are clamped and not stored. The kernel after the plan and the combine after the kernel
+are programmatic launches (griddepcontrol), so each is scheduled while the one before ends.
 Hopper only (sm_90); the CPU suite compiles it for sm_90, the GPU suite checks it against the oracle.
 """
 
@@ -42,16 +46,19 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .arch import load_arch
+from .arch import device_has, load_arch
 from . import planner
-from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE, LN2, LOG2E,
-                           PAGE_SIZES, copy_rows, cta_barrier, plan_unit, pool_rows, tma_async_load,
-                           unsupported_reason)
+from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_PAGE_SIZES, CPU_INTERPRETABLE, LN2, LOG2E, PAGE_SIZES,
+                           copy_rows, cta_barrier, cta_range, launch_dependents, pool_rows, segment_at,
+                           tma_async_load, unsupported_reason, wait_for_prior_grids)
 from .gluon_common import DEFAULT_CONFIG as _GLUON_DEFAULTS
 from .splits import sm_count
 
-# waves: the planner's (planner.plan_bounds): one CTA per SM, the batch cut into two waves of units.
-DEFAULT_CONFIG = {**_GLUON_DEFAULTS, "waves": 2}
+# waves 0: the planner's spans rule (planner.plan_bounds): one CTA per SM, each walking an equal span
+# of the batch's tiles across request boundaries.
+DEFAULT_CONFIG = {**_GLUON_DEFAULTS, "waves": planner.SPANS}
+# gluon_common's, and the units rule that came before the spans (one wave, and two) with the default tile.
+CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8}, {"waves": 1}, {"waves": 2, "BLOCK_N": 32})
 
 # The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma comes from gluon_common.
 __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRETABLE", "DEFAULT_CONFIG",
@@ -141,101 +148,149 @@ def _store_half(acc, sums, m_i, half, row_block, unit, splits, request, num_rows
 
 
 @gluon.jit
-def _scores_partition(q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready,
-                      p_free, sums_ready, Out, PartialOut, PartialLse, scale_log2, mask_rows_base,
-                      stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, unit, splits, request, num_rows,
-                      H, prefix_len, seq_len, start, num_tiles, BLOCK_N: gl.constexpr, DV: gl.constexpr):
-    """Warpgroup 0: S, softmax, the P hand-off, and the left half of O."""
+def _load_q(Q, q_lat, q_rope, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh,
+            DV: gl.constexpr, DR: gl.constexpr):
+    """Q rows of this block of ``request`` (clamped to its last row) into shared memory, by cp.async
+    of warpgroup 0's 128 threads; returns when they have landed and are visible to wgmma."""
+    BLOCK_M: gl.constexpr = 64
+    lat_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    last_row = num_rows - 1
+    r_lat = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, lat_layout)), last_row)
+    copy_rows(q_lat, Q + request * stride_qb, (r_lat // H) * stride_qt + (r_lat % H) * stride_qh, 1, DV, lat_layout)
+    r_rope = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rope_layout)), last_row)
+    copy_rows(q_rope, Q + request * stride_qb + DV, (r_rope // H) * stride_qt + (r_rope % H) * stride_qh, 1, DR,
+              rope_layout)
+    async_copy.commit_group()
+    async_copy.wait_group(0)
+    fence_async_shared()
+    cta_barrier()
+
+
+@gluon.jit
+def _scores_partition(Q, q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready,
+                      p_free, sums_ready, Plan, PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2,
+                      stride_qb, stride_qt, stride_qh, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh,
+                      row_block, cta, begin, end, first_unit, segments, T, H, B, B_POW2: gl.constexpr,
+                      SPANS: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
+    """Warpgroup 0: per segment, its Q rows; per tile, S, softmax, the P hand-off and the left half of O."""
     BLOCK_M: gl.constexpr = 64
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, DV // 2, 16])
     p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    num_rows = T * H
     rows_s = row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    mask_rows = mask_rows_base + (gl.minimum(rows_s, num_rows - 1) // H) * stride_mask_t
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
-    for i in range(num_tiles):
-        stage = i % 2
-        mbarrier.wait(kv_ready.index(stage), (i // 2) & 1)
-        fence_async_shared()
-        lat = kv_lat.index(stage)
-        s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, scale_log2, start + i * BLOCK_N, prefix_len, seq_len,
-                                           mask_rows, rows_s < num_rows, BLOCK_N, s_layout)
-        p = p.to(q_lat.dtype)
-        # The P hand-off. racecheck reports alpha_smem's store here against its load in the loader
-        # (P itself goes by stmatrix / ldmatrix, which racecheck does not flag); the order it misses:
-        # each warpgroup's 128 threads meet at their own named barrier (cta_barrier), then one thread
-        # arrives on the mbarrier (release, CTA scope); the other warpgroup's try_wait on that phase
-        # acquires. So every load of P(i - 1) / alpha(i - 1) precedes, through p_free, every store of
-        # P(i) / alpha(i), and every store precedes, through p_ready, the loads of P(i) / alpha(i).
-        # With this hand-off behind CTA-wide barriers instead (barrier.sync N, every thread;
-        # experiments/sanitizer/cta_handoff*.diff) racecheck reports nothing on alpha_smem, and
-        # reports the row sums there, which sums_ready hands off exactly as p_ready does here: it
-        # flags the mbarrier ordering, not a missing one (results/notes/2026-12-03-sanitizer-reports.md).
-        mbarrier.wait(p_free, (i & 1) ^ 1)  # warpgroup 1 has read P(i - 1)
-        p_smem.store(p)
-        alpha_smem.store(alpha)
+    position = begin
+    done = 0  # tiles of the CTA's earlier segments: the ring's and the P hand-off's running count
+    for k in range(segments):
+        request, start, num_tiles, splits = segment_at(Plan, cta, position, end, B, B_POW2, BLOCK_N, SPANS, 4)
+        prefix_len = gl.load(PrefixLens + request)
+        seq_len = prefix_len + T
+        _load_q(Q, q_lat, q_rope, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh, DV, DR)
+        mask_rows = TreeMask + request * stride_mask_b + (gl.minimum(rows_s, num_rows - 1) // H) * stride_mask_t
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+        l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))
+        acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
+        for i in range(num_tiles):
+            tile = done + i
+            stage = tile % 2
+            mbarrier.wait(kv_ready.index(stage), (tile // 2) & 1)
+            fence_async_shared()
+            lat = kv_lat.index(stage)
+            s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            p, m_i, l_i, alpha = _softmax_tile(s, m_i, l_i, scale_log2, start + i * BLOCK_N, prefix_len, seq_len,
+                                               mask_rows, rows_s < num_rows, BLOCK_N, s_layout)
+            p = p.to(q_lat.dtype)
+            # The P hand-off. racecheck reports alpha_smem's store here against its load in the loader
+            # (P itself goes by stmatrix / ldmatrix, which racecheck does not flag); the order it misses:
+            # each warpgroup's 128 threads meet at their own named barrier (cta_barrier), then one thread
+            # arrives on the mbarrier (release, CTA scope); the other warpgroup's try_wait on that phase
+            # acquires. So every load of P(i - 1) / alpha(i - 1) precedes, through p_free, every store of
+            # P(i) / alpha(i), and every store precedes, through p_ready, the loads of P(i) / alpha(i).
+            # With this hand-off behind CTA-wide barriers instead (barrier.sync N, every thread;
+            # experiments/sanitizer/cta_handoff*.diff) racecheck reports nothing on alpha_smem, and
+            # reports the row sums there, which sums_ready hands off exactly as p_ready does here: it
+            # flags the mbarrier ordering, not a missing one (results/notes/2026-12-03-sanitizer-reports.md).
+            mbarrier.wait(p_free, (tile & 1) ^ 1)  # warpgroup 1 has read P(tile - 1)
+            p_smem.store(p)
+            alpha_smem.store(alpha)
+            cta_barrier()
+            mbarrier.arrive(p_ready)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            acc = warpgroup_mma(gl.convert_layout(p, p_operand), lat.slice(0, DV // 2, dim=1), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            cta_barrier()
+            mbarrier.arrive(kv_free.index(stage))
+        if num_tiles > 0:
+            # Warpgroup 1 has read this segment's last P, hence the previous segment's row sums.
+            mbarrier.wait(p_free, (done + num_tiles - 1) & 1)
+        sums_smem.store(l_i)
         cta_barrier()
-        mbarrier.arrive(p_ready)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        acc = warpgroup_mma(gl.convert_layout(p, p_operand), lat.slice(0, DV // 2, dim=1), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        cta_barrier()
-        mbarrier.arrive(kv_free.index(stage))
-    sums_smem.store(l_i)
-    cta_barrier()
-    mbarrier.arrive(sums_ready)
-    _store_half(acc, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), gl.convert_layout(m_i, gl.SliceLayout(1, o_layout)),
-                0, row_block, unit, splits, request, num_rows, H, Out, PartialOut, PartialLse, stride_ob, stride_ot,
-                stride_oh, True, DV, o_layout)
+        mbarrier.arrive(sums_ready)
+        _store_half(acc, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)),
+                    gl.convert_layout(m_i, gl.SliceLayout(1, o_layout)), 0, row_block, first_unit + k, splits, request,
+                    num_rows, H, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, True, DV, o_layout)
+        done += num_tiles
+        position += num_tiles
 
 
 @gluon.jit
 def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
-                      sums_ready, KV, lat_desc, rope_desc, table, Out, PartialOut, PartialLse, stride_ob, stride_ot,
-                      stride_oh, row_block, unit, splits, request, num_rows, H, seq_len, start, num_tiles,
-                      PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
-    """Warpgroup 1: the KV tile copies and the right half of O."""
+                      sums_ready, KV, lat_desc, rope_desc, BlockTable, Plan, PrefixLens, Out, PartialOut, PartialLse,
+                      stride_table_b, stride_ob, stride_ot, stride_oh, row_block, cta, begin, end, first_unit,
+                      segments, T, H, B, B_POW2: gl.constexpr, SPANS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                      BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
+    """Warpgroup 1: the KV tile copies and the right half of O, segment by segment."""
     BLOCK_M: gl.constexpr = 64
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, DV // 2, 16])
     p_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
-    _load_tile(kv_lat, kv_rope, kv_ready, 0, KV, lat_desc, rope_desc, table, start, seq_len, PAGE_SIZE, BLOCK_N,
-               DV, DR)
-    if num_tiles > 1:
-        _load_tile(kv_lat, kv_rope, kv_ready, 1, KV, lat_desc, rope_desc, table, start + BLOCK_N, seq_len,
-                   PAGE_SIZE, BLOCK_N, DV, DR)
-    for i in range(num_tiles):
-        stage = i % 2
-        mbarrier.wait(p_ready, i & 1)
-        p = p_smem.load(p_operand)
-        alpha = alpha_smem.load(gl.SliceLayout(1, o_layout))
-        cta_barrier()
-        mbarrier.arrive(p_free)
-        mbarrier.wait(kv_ready.index(stage), (i // 2) & 1)
-        fence_async_shared()
-        acc = acc * gl.expand_dims(alpha, 1)
-        acc = warpgroup_mma(p, kv_lat.index(stage).slice(DV // 2, DV // 2, dim=1), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        cta_barrier()
-        mbarrier.arrive(kv_free.index(stage))
-        if i + 2 < num_tiles:
-            mbarrier.wait(kv_free.index(stage), (i // 2) & 1)  # warpgroup 0 is done with it too
-            _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table, start + (i + 2) * BLOCK_N,
-                       seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
-    mbarrier.wait(sums_ready, 0)
-    sums = sums_smem.load(gl.SliceLayout(1, o_layout))
-    # The running max is only read for the LSE, which warpgroup 0 writes: ``sums`` stands in for it.
-    _store_half(acc, sums, sums, 1, row_block, unit, splits, request, num_rows, H, Out, PartialOut, PartialLse,
-                stride_ob, stride_ot, stride_oh, False, DV, o_layout)
+    num_rows = T * H
+    position = begin
+    done = 0
+    for k in range(segments):
+        request, start, num_tiles, splits = segment_at(Plan, cta, position, end, B, B_POW2, BLOCK_N, SPANS, 4)
+        seq_len = gl.load(PrefixLens + request) + T
+        table = BlockTable + request * stride_table_b
+        acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
+        for j in gl.static_range(2):  # the segment's first two tiles, once both warpgroups freed their stages
+            if j < num_tiles:
+                tile = done + j
+                if tile >= 2:
+                    mbarrier.wait(kv_free.index(tile % 2), ((tile - 2) // 2) & 1)
+                _load_tile(kv_lat, kv_rope, kv_ready, tile % 2, KV, lat_desc, rope_desc, table, start + j * BLOCK_N,
+                           seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
+        for i in range(num_tiles):
+            tile = done + i
+            stage = tile % 2
+            mbarrier.wait(p_ready, tile & 1)
+            p = p_smem.load(p_operand)
+            alpha = alpha_smem.load(gl.SliceLayout(1, o_layout))
+            cta_barrier()
+            mbarrier.arrive(p_free)
+            mbarrier.wait(kv_ready.index(stage), (tile // 2) & 1)
+            fence_async_shared()
+            acc = acc * gl.expand_dims(alpha, 1)
+            acc = warpgroup_mma(p, kv_lat.index(stage).slice(DV // 2, DV // 2, dim=1), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            cta_barrier()
+            mbarrier.arrive(kv_free.index(stage))
+            if i + 2 < num_tiles:
+                mbarrier.wait(kv_free.index(stage), (tile // 2) & 1)  # warpgroup 0 is done with it too
+                _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table,
+                           start + (i + 2) * BLOCK_N, seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
+        mbarrier.wait(sums_ready, k & 1)
+        sums = sums_smem.load(gl.SliceLayout(1, o_layout))
+        # The running max is only read for the LSE, which warpgroup 0 writes: ``sums`` stands in for it.
+        _store_half(acc, sums, sums, 1, row_block, first_unit + k, splits, request, num_rows, H, Out, PartialOut,
+                    PartialLse, stride_ob, stride_ot, stride_oh, False, DV, o_layout)
+        done += num_tiles
+        position += num_tiles
 
 
 @gluon.jit
@@ -248,28 +303,14 @@ def _ws_verify_kernel(
     stride_ob, stride_ot, stride_oh,
     T, H, B,
     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
-    B_POW2: gl.constexpr, WORKER_REGS: gl.constexpr,
+    B_POW2: gl.constexpr, SPANS: gl.constexpr, PDL: gl.constexpr, WORKER_REGS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = 64
     dtype: gl.constexpr = KV.dtype.element_ty
-    lat_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
-    rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     row_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
 
     row_block = gl.program_id(0)
-    unit = gl.program_id(1)
-    request, start, chunk, splits, units = plan_unit(Plan, unit, B, B_POW2, 4)
-    # A unit past the plan (the grid is sized for the longest plan the shapes allow) runs no tile and
-    # stores into its own partial rows, which no combine reads.
-    in_plan = (unit < units).to(gl.int32)
-    splits = splits * in_plan + 2 * (1 - in_plan)
-    num_rows = T * H
-    prefix_len = gl.load(PrefixLens + request)
-    seq_len = prefix_len + T
-    table = BlockTable + request * stride_table_b
-    end = gl.minimum(start + chunk, seq_len)
-    num_tiles = (gl.maximum(end - start, 0) + BLOCK_N - 1) // BLOCK_N * in_plan
-
+    cta = gl.program_id(1)
     q_lat = gl.allocate_shared_memory(dtype, [BLOCK_M, DV], gl.NVMMASharedLayout.get_default_for([BLOCK_M, DV], dtype))
     q_rope = gl.allocate_shared_memory(dtype, [BLOCK_M, DR], gl.NVMMASharedLayout.get_default_for([BLOCK_M, DR], dtype))
     kv_lat = gl.allocate_shared_memory(dtype, [2, BLOCK_N, DV],
@@ -291,29 +332,23 @@ def _ws_verify_kernel(
     mbarrier.init(p_ready, count=1)
     mbarrier.init(p_free, count=1)
     mbarrier.init(sums_ready, count=1)
-
-    # Q rows of this block (clamped to the last row), before the warpgroups part.
-    last_row = num_rows - 1
-    r_lat = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, lat_layout)), last_row)
-    copy_rows(q_lat, Q + request * stride_qb, (r_lat // H) * stride_qt + (r_lat % H) * stride_qh, 1, DV, lat_layout)
-    r_rope = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rope_layout)), last_row)
-    copy_rows(q_rope, Q + request * stride_qb + DV, (r_rope // H) * stride_qt + (r_rope % H) * stride_qh, 1, DR,
-               rope_layout)
-    async_copy.commit_group()
-    async_copy.wait_group(0)
     fence_async_shared()
     cta_barrier()
+    if PDL:  # launched programmatically: the set-up above overlapped the plan kernel, which the plan needs
+        wait_for_prior_grids()
+        launch_dependents()  # the combine may be scheduled; it waits for this grid before it reads
+    begin, end, first_unit, segments = cta_range(Plan, cta, B, B_POW2, BLOCK_N, SPANS, 4)
 
-    mask_rows_base = TreeMask + request * stride_mask_b
     gl.warp_specialize([
-        (_scores_partition, (q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free,
-                             p_ready, p_free, sums_ready, Out, PartialOut, PartialLse, scale_log2,
-                             mask_rows_base, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, unit, splits,
-                             request, num_rows, H, prefix_len, seq_len, start, num_tiles, BLOCK_N, DV)),
+        (_scores_partition, (Q, q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free,
+                             p_ready, p_free, sums_ready, Plan, PrefixLens, TreeMask, Out, PartialOut, PartialLse,
+                             scale_log2, stride_qb, stride_qt, stride_qh, stride_mask_b, stride_mask_t, stride_ob,
+                             stride_ot, stride_oh, row_block, cta, begin, end, first_unit, segments, T, H, B, B_POW2,
+                             SPANS, BLOCK_N, DV, DR)),
         (_loader_partition, (kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
-                             sums_ready, KV, LatDesc, RopeDesc, table, Out, PartialOut, PartialLse, stride_ob,
-                             stride_ot, stride_oh, row_block, unit, splits, request, num_rows, H, seq_len, start,
-                             num_tiles, PAGE_SIZE, BLOCK_N, DV, DR)),
+                             sums_ready, KV, LatDesc, RopeDesc, BlockTable, Plan, PrefixLens, Out, PartialOut,
+                             PartialLse, stride_table_b, stride_ob, stride_ot, stride_oh, row_block, cta, begin, end,
+                             first_unit, segments, T, H, B, B_POW2, SPANS, PAGE_SIZE, BLOCK_N, DV, DR)),
     ], [4], [WORKER_REGS])
 
 
@@ -336,16 +371,18 @@ def kv_descriptors(kv_cache, block_n: int, v_dim: int):
 
 
 def complete_config(config: dict, shape) -> dict:
-    """Check BLOCK_N and ``kv_splits`` (0: the planner's balanced rule, one CTA per SM at BLOCK_N 64's
-    224 KB of shared memory; N: N splits per request)."""
+    """Check BLOCK_N and the plan keys (``kv_splits`` 0 with ``waves`` 0: the planner's spans, one CTA
+    per SM at BLOCK_N 64's 224 KB of shared memory; ``waves`` N: its units rule; ``kv_splits`` N: N
+    splits per request)."""
     if config["BLOCK_N"] not in BLOCK_N_CHOICES:
         raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
-    return planner.check_plan_config(config)
+    return planner.check_plan_config(config, spans=True)
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
     """Plan on the device, launch the kernel, then the shared combine unless kv_splits = 1; ``out``
-    written in place."""
+    written in place. Each launch after the plan is programmatic where the GPU has it: it is
+    scheduled while the one before ends and waits for it on the device."""
     from .split_combine import launch_combine, partial_buffers
 
     batch, tree_nodes, heads, head_dim = q.shape
@@ -354,10 +391,11 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * kv_cache.shape[1],
                                  block_n=block_n, sms=sm_count(q.device), kv_splits=config["kv_splits"],
                                  ctas_per_sm=1, waves=config["waves"])
-    plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
+    pdl = device_has(q.device, "griddepcontrol")
+    plan = planner.make_plan(prefix_lens, tree_nodes, bounds, launch_dependents=pdl)
     partial_out, partial_lse = partial_buffers(out, bounds.max_units)
     lat_desc, rope_desc = kv_descriptors(kv_cache, block_n, v_dim)
-    _ws_verify_kernel[(row_blocks, bounds.max_units)](
+    _ws_verify_kernel[(row_blocks, bounds.grid)](
         q, kv_cache, lat_desc, rope_desc, block_table, prefix_lens, tree_mask, plan, partial_out, partial_lse, out,
         sm_scale * LOG2E,
         q.stride(0), q.stride(1), q.stride(2),
@@ -366,7 +404,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         out.stride(0), out.stride(1), out.stride(2),
         tree_nodes, heads, batch,
         PAGE_SIZE=kv_cache.shape[1], BLOCK_N=block_n, DV=v_dim, DR=head_dim - v_dim,
-        B_POW2=triton.next_power_of_2(batch), WORKER_REGS=WORKER_REGISTERS, num_warps=PARTITION_WARPS,
+        B_POW2=triton.next_power_of_2(batch), SPANS=bool(bounds.spans), PDL=pdl, WORKER_REGS=WORKER_REGISTERS,
+        num_warps=PARTITION_WARPS, launch_pdl=pdl,
     )
     if config["kv_splits"] != 1:
         launch_combine(partial_out, partial_lse, plan, out, bounds.max_units, bounds.max_splits)
@@ -397,7 +436,8 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
          "RopeDesc": _descriptor_type(dtype, block_n, 64), "BlockTable": "*i32", "PrefixLens": "*i32",
          "TreeMask": "*i32", "Plan": "*i32", "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
         {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "B_POW2": 1,
-         "WORKER_REGS": WORKER_REGISTERS},
+         "SPANS": config.get("kv_splits", 0) == 0 and config.get("waves", DEFAULT_CONFIG["waves"]) == planner.SPANS,
+         "PDL": True, "WORKER_REGS": WORKER_REGISTERS},
         PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,
         threads=2 * PARTITION_WARPS * 32,  # the launch's num_warps is the default partition's; the worker adds 4
     )]

@@ -6,21 +6,31 @@ The unit of work is (request b, split s) x row block: the rows r0.. r0+ROWS-1 of
 the positions [s * chunk, min((s + 1) * chunk, prefix_len_b + T)). A plan is
 
 ```
-plan[0 .. B]   split_start: exclusive prefix sum of each request's split count (plan[B] = all units)
-plan[B + 1]    chunk: positions per split (a multiple of BLOCK_N)
+plan[0 .. B]          split_start: exclusive prefix sum of each request's split count (plan[B] = all units)
+plan[B + 1]           chunk: positions per split, or per span (a multiple of BLOCK_N)
+plan[B + 2 .. 2B + 2] tile_start: the batch's tiles (of BLOCK_N positions, a request's last one partial)
+                      before each request (plan[2B + 2] = all tiles)
 ```
 
 and unit u (0 <= u < plan[B]) is split u - split_start[b] of the request b with split_start[b] <= u <
-split_start[b + 1]. The attention kernel's grid is (row blocks, ``max_units``); a program whose unit
-is past plan[B] has nothing to do. Partial outputs are indexed by unit, so a request's splits are
+split_start[b + 1]. The attention kernel's grid is (row blocks, ``grid``); a program whose unit is
+past plan[B] has nothing to do. Partial outputs are indexed by unit, so a request's splits are
 contiguous and the combine reads them in one run.
 
-Two rules fill it:
+Three rules fill it:
 - balanced (``kv_splits`` = 0): every request's positions in chunks of the same size, the smallest
   (never under MIN_CHUNK_TOKENS: a split costs a partial output and a combine read) whose units
   all fit in ``waves`` waves of ``ctas_per_sm`` CTAs on every SM (a binary search over the chunk on
   the device). A long request gets many splits and a short one few, so a ragged batch keeps every
   SM busy until the end, and no partial last wave doubles the time;
+- spans (``kv_splits`` = 0, ``waves`` = 0; FlashMLA's schedule): one wave of ``spans`` CTAs per row
+  block, CTA c owning tiles [c * span, (c + 1) * span) of the batch's tiles laid end to end, so its
+  range may cross request boundaries and every CTA gets the same work however ragged the batch.
+  A CTA walks its range as segments (the part of its range inside one request); the segments,
+  numbered in order, are the units: each writes its own partial rows and a request's are contiguous
+  (split_start), so the combine is the same. The kernel finds its segments with ``cta_range`` /
+  ``segment_at``'s arithmetic (``reference_segments`` states it): segment ids are ranks among the
+  span starts and the request starts that are not span starts. Needs a kernel that walks segments;
 - fixed (``kv_splits`` = N > 0): N splits per request of ceil(capacity / N) positions (the block
   table's capacity), as before the planner; a tuned config that names a split count keeps it.
 A kernel that cuts its own splits (``gluon_wgmma``) hands the combine ``fixed_plan``: the same layout.
@@ -38,6 +48,7 @@ from .splits import CTAS_PER_SM, MAX_KV_SPLITS, MIN_SPLIT_TOKENS
 
 MIN_CHUNK_TOKENS = MIN_SPLIT_TOKENS  # a unit as short as a split may be: its partial rows cost as much
 MAX_WAVES = 16
+SPANS = 0  # ``waves`` 0: the spans rule (CTA ranges across requests)
 PLAN_KEYS = ("kv_splits", "waves")  # the config keys the planner reads: launch parameters, not compiled
 # A one-wave plan is kept when its busiest unit holds at most 1/ONE_WAVE_BALANCE of an even share.
 ONE_WAVE_BALANCE = 0.9
@@ -47,7 +58,7 @@ ONE_WAVE_BALANCE = 0.9
 class PlanBounds:
     """What the launch needs to know without reading the plan: its grid and buffer sizes."""
 
-    max_units: int       # grid dimension of units; programs past the plan's count exit
+    max_units: int       # the most units a plan can have: partial buffers' size, in units
     max_splits: int      # the most units one request can have (the combine's width)
     fixed_splits: int    # 0: balanced rule; N: N splits per request
     target_units: int    # balanced: the most units the plan may have, ``waves`` waves of them (0 with fixed splits)
@@ -55,6 +66,12 @@ class PlanBounds:
     fixed_chunk: int     # fixed: positions per split (0 with the balanced rule)
     min_chunk: int       # balanced: the smallest chunk (positions)
     block_n: int
+    spans: int = 0       # spans rule: CTAs per row block (0: a units rule)
+
+    @property
+    def grid(self) -> int:
+        """Programs per row block: one per unit, or one per span."""
+        return self.spans or self.max_units
 
 
 def plan_bounds(*, batch: int, row_blocks: int, capacity: int, block_n: int, sms: int, kv_splits: int,
@@ -64,13 +81,17 @@ def plan_bounds(*, batch: int, row_blocks: int, capacity: int, block_n: int, sms
     short request's unit beside a long one's) into that many waves of smaller units: the hardware
     hands each SM the next CTA as one finishes, so they even out, at the cost of more partial rows
     and more per-unit set-up. A batch one wave balances well (a single request, equal ones) keeps
-    one wave."""
+    one wave. ``waves`` 0 is the spans rule: ``ctas_per_sm`` x ``sms`` CTAs over the row blocks,
+    at most spans + batch - 1 segments (a span's end inside a request adds one)."""
     if kv_splits:
         chunk = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
         return PlanBounds(batch * kv_splits, kv_splits, kv_splits, 0, 0, chunk, 0, block_n)
     wave = max(1, ctas_per_sm * sms // row_blocks)
-    target = wave * waves
     min_chunk = triton.cdiv(max(min_chunk_tokens, block_n), block_n) * block_n
+    if waves == SPANS:
+        per_request = min(wave, triton.cdiv(capacity, min_chunk) + 1)
+        return PlanBounds(wave + batch - 1, per_request, 0, 0, wave, 0, min_chunk, block_n, spans=wave)
+    target = wave * waves
     # At most the target (one wave), or one unit per request when there are more requests; and no
     # request has more splits than its capacity holds chunks.
     per_request = max(1, min(target, triton.cdiv(capacity, min_chunk)))
@@ -78,12 +99,16 @@ def plan_bounds(*, batch: int, row_blocks: int, capacity: int, block_n: int, sms
                       block_n)
 
 
-def check_plan_config(config: dict) -> dict:
-    """A variant's planner keys: ``kv_splits`` 0 (balanced) or 1..MAX_KV_SPLITS (fixed), ``waves`` 1..MAX_WAVES."""
+def check_plan_config(config: dict, *, spans: bool = False) -> dict:
+    """A variant's planner keys: ``kv_splits`` 0 (balanced) or 1..MAX_KV_SPLITS (fixed), ``waves``
+    1..MAX_WAVES, or 0 (spans) where the variant walks segments (``spans`` True)."""
     if not 0 <= config["kv_splits"] <= MAX_KV_SPLITS:
         raise ValueError(f"config: kv_splits must be 0 (planned) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
-    if not 1 <= config.get("waves", 1) <= MAX_WAVES:
-        raise ValueError(f"config: waves must be 1..{MAX_WAVES}, got {config['waves']}")
+    lowest = 0 if spans else 1
+    if not lowest <= config.get("waves", 1) <= MAX_WAVES:
+        raise ValueError(f"config: waves must be {lowest}..{MAX_WAVES}"
+                         + (" (0, the spans rule, needs a kernel that walks segments: gluon_wgmma_ws)" if not spans else "")
+                         + f", got {config['waves']}")
     return config
 
 
@@ -104,28 +129,47 @@ def _smallest_chunk(tiles, valid, total, units_allowed, min_tiles):
 
 @triton.jit
 def _plan_kernel(PrefixLens, Plan, B, T, target_units, wave_units, fixed_chunk, min_chunk,
-                 FIXED_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, B_POW2: tl.constexpr,
-                 BALANCE: tl.constexpr):
-    """One program: every request's split count, their exclusive prefix sum and the chunk."""
+                 FIXED_SPLITS: tl.constexpr, SPANS: tl.constexpr, BLOCK_N: tl.constexpr, B_POW2: tl.constexpr,
+                 BALANCE: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr):
+    """One program: every request's split count, their exclusive prefix sum, the chunk and the
+    requests' first tiles."""
+    if LAUNCH_DEPENDENTS:  # the attention kernel, launched programmatically, may start its prologue
+        tl.extra.cuda.gdc_launch_dependents()
     b = tl.arange(0, B_POW2)
     valid = b < B
     lengths = tl.load(PrefixLens + b, mask=valid, other=0) + T
-    if FIXED_SPLITS > 0:
-        chunk = fixed_chunk
-        splits = tl.where(valid, FIXED_SPLITS, 0)
-    else:
-        tiles = tl.where(valid, (lengths + BLOCK_N - 1) // BLOCK_N, 0)
-        total = tl.sum(tiles, 0)
-        one_wave = _smallest_chunk(tiles, valid, total, wave_units, min_chunk // BLOCK_N)
-        several = _smallest_chunk(tiles, valid, total, target_units, min_chunk // BLOCK_N)
-        balanced = total.to(tl.float32) >= BALANCE * (one_wave * wave_units).to(tl.float32)
-        chunk_tiles = tl.where(balanced, one_wave, several)
+    tiles = tl.where(valid, (lengths + BLOCK_N - 1) // BLOCK_N, 0)
+    tile_ends = tl.cumsum(tiles, 0)
+    total = tl.sum(tiles, 0)
+    if SPANS:
+        chunk_tiles = tl.maximum(min_chunk // BLOCK_N, (total + wave_units - 1) // wave_units)
+        # a request's first segment: the span starts before its first tile, plus the request starts
+        # before it that are not span starts (each one ends a segment inside a span)
+        starts = tile_ends - tiles
+        inner = valid & (b >= 1) & (starts % chunk_tiles != 0)
+        cut_before = tl.cumsum(inner.to(tl.int32), 0) - inner.to(tl.int32)
+        first = (starts + chunk_tiles - 1) // chunk_tiles + cut_before
+        tl.store(Plan + b, first, mask=valid)
+        cuts = tl.sum(inner.to(tl.int32), 0)
+        tl.store(Plan + B, (total + chunk_tiles - 1) // chunk_tiles + cuts)
         chunk = chunk_tiles * BLOCK_N
-        splits = tl.where(valid, (tiles + chunk_tiles - 1) // chunk_tiles, 0)
-    ends = tl.cumsum(splits, 0)
-    tl.store(Plan + 1 + b, ends, mask=valid)
-    tl.store(Plan + b, ends - splits, mask=b == 0)
+    else:
+        if FIXED_SPLITS > 0:
+            chunk = fixed_chunk
+            splits = tl.where(valid, FIXED_SPLITS, 0)
+        else:
+            one_wave = _smallest_chunk(tiles, valid, total, wave_units, min_chunk // BLOCK_N)
+            several = _smallest_chunk(tiles, valid, total, target_units, min_chunk // BLOCK_N)
+            balanced = total.to(tl.float32) >= BALANCE * (one_wave * wave_units).to(tl.float32)
+            chunk_tiles = tl.where(balanced, one_wave, several)
+            chunk = chunk_tiles * BLOCK_N
+            splits = tl.where(valid, (tiles + chunk_tiles - 1) // chunk_tiles, 0)
+        ends = tl.cumsum(splits, 0)
+        tl.store(Plan + 1 + b, ends, mask=valid)
+        tl.store(Plan + b, ends - splits, mask=b == 0)
     tl.store(Plan + B + 1, chunk)
+    tl.store(Plan + B + 2 + b, tile_ends - tiles, mask=valid)
+    tl.store(Plan + 2 * B + 2, total)
 
 
 def fixed_plan(batch: int, kv_splits: int, device) -> torch.Tensor:
@@ -134,13 +178,17 @@ def fixed_plan(batch: int, kv_splits: int, device) -> torch.Tensor:
     return torch.arange(0, (batch + 2) * kv_splits, kv_splits, dtype=torch.int32, device=device)
 
 
-def make_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds: PlanBounds) -> torch.Tensor:
-    """The plan (int32 [B + 2], on prefix_lens' device) for this call: one tiny launch, no sync."""
+def make_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds: PlanBounds, *,
+              launch_dependents: bool = False) -> torch.Tensor:
+    """The plan (int32 [2B + 3], on prefix_lens' device) for this call: one tiny launch, no sync.
+    ``launch_dependents``: the next launch is programmatic (``pdl.launch_kwargs``) and waits for
+    the plan on the device, so it may be scheduled while the plan is made."""
     batch = prefix_lens.shape[0]
-    plan = torch.empty(batch + 2, dtype=torch.int32, device=prefix_lens.device)
+    plan = torch.empty(2 * batch + 3, dtype=torch.int32, device=prefix_lens.device)
     _plan_kernel[(1,)](prefix_lens, plan, batch, tree_nodes, bounds.target_units, bounds.wave_units,
-                       bounds.fixed_chunk, bounds.min_chunk, FIXED_SPLITS=bounds.fixed_splits, BLOCK_N=bounds.block_n,
-                       B_POW2=triton.next_power_of_2(batch), BALANCE=ONE_WAVE_BALANCE, num_warps=1)
+                       bounds.fixed_chunk, bounds.min_chunk, FIXED_SPLITS=bounds.fixed_splits,
+                       SPANS=bool(bounds.spans), BLOCK_N=bounds.block_n, B_POW2=triton.next_power_of_2(batch),
+                       BALANCE=ONE_WAVE_BALANCE, LAUNCH_DEPENDENTS=launch_dependents, num_warps=1)
     return plan
 
 
@@ -161,12 +209,20 @@ def unit_of(Plan, unit, B, B_POW2: tl.constexpr):
 
 def reference_plan(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) -> tuple[list[int], int]:
     """The same plan in Python (split_start with B + 1 entries, chunk), for tests and models."""
+    tiles = [-(-(length + tree_nodes) // bounds.block_n) for length in prefix_lens]
+    if bounds.spans:
+        span = max(bounds.min_chunk // bounds.block_n, -(-sum(tiles) // bounds.spans))
+        starts, tile_start, cuts = [], 0, 0
+        for count in tiles:
+            cut = bool(starts) and tile_start % span != 0
+            starts.append(-(-tile_start // span) + cuts)
+            cuts += cut
+            tile_start += count
+        return [*starts, -(-tile_start // span) + cuts], span * bounds.block_n
     if bounds.fixed_splits:
         splits = [bounds.fixed_splits] * len(prefix_lens)
         chunk = bounds.fixed_chunk
     else:
-        tiles = [-(-(length + tree_nodes) // bounds.block_n) for length in prefix_lens]
-
         def smallest_chunk(allowed: int) -> int:
             low = max(bounds.min_chunk // bounds.block_n, -(-sum(tiles) // allowed))
             high = max(low, max(tiles))
@@ -187,3 +243,34 @@ def reference_plan(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) 
     for count in splits:
         starts.append(starts[-1] + count)
     return starts, chunk
+
+
+def reference_tile_starts(prefix_lens: list[int], tree_nodes: int, block_n: int) -> list[int]:
+    """plan[B + 2 ..]: the tiles before each request, and all tiles last."""
+    starts = [0]
+    for length in prefix_lens:
+        starts.append(starts[-1] + -(-(length + tree_nodes) // block_n))
+    return starts
+
+
+def reference_segments(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) -> list[list[tuple]]:
+    """Per CTA of the spans rule, its segments in order as (request, first tile in the request,
+    tiles, unit): what the kernel derives from the plan with the same arithmetic (``cta_range``,
+    ``segment_at`` in gluon_common)."""
+    starts, chunk = reference_plan(prefix_lens, tree_nodes, bounds)
+    span = chunk // bounds.block_n
+    tile_start = reference_tile_starts(prefix_lens, tree_nodes, bounds.block_n)
+    total, inner = tile_start[-1], tile_start[1:-1]
+    per_cta = []
+    for cta in range(bounds.spans):
+        begin, end = min(cta * span, total), min((cta + 1) * span, total)
+        unit = cta + sum(1 for t in inner if t < begin and t % span)
+        segments, position = [], begin
+        while position < end:
+            request = sum(1 for t in inner if t <= position)
+            stop = min(end, tile_start[request + 1])
+            segments.append((request, position - tile_start[request], stop - position, unit))
+            unit, position = unit + 1, stop
+        per_cta.append(segments)
+    assert [s[3] for segments in per_cta for s in segments] == list(range(starts[-1])), "units in order"
+    return per_cta

@@ -12,16 +12,21 @@ import torch
 import triton
 import triton.language as tl
 
+from .arch import device_has
+
 SPLIT_TILE = 8  # partial rows a combine program loads at once
 
 
 @triton.jit
 def _combine_kernel(PartialOut, PartialLse, Plan, Out, stride_ob, stride_ot, stride_oh, T, H, max_units,
-                    SPLITS_POW2: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr):
+                    SPLITS_POW2: tl.constexpr, SPLIT_TILE: tl.constexpr, BLOCK_DV: tl.constexpr, PDL: tl.constexpr):
     """One row of one request: out = sum_s exp(lse_s - m) O_s / sum_s exp(lse_s - m) over its splits.
-    All LSEs are read at once; the partial rows SPLIT_TILE at a time, independent loads in flight."""
+    All LSEs are read at once; the partial rows SPLIT_TILE at a time, independent loads in flight.
+    PDL: launched programmatically, so it first waits for the attention kernel's partial rows."""
     row = tl.program_id(0)
     request = tl.program_id(1)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     first = tl.load(Plan + request)
     count = tl.minimum(tl.load(Plan + request + 1), max_units) - first  # never past the buffers
     if count > 1:
@@ -61,10 +66,12 @@ def partial_buffers(out: torch.Tensor, max_units: int) -> tuple[torch.Tensor, to
 def launch_combine(partial_out, partial_lse, plan: torch.Tensor, out: torch.Tensor, max_units: int,
                    max_splits: int) -> None:
     """``out`` [B, T, H, v_dim] from the partial outputs of the plan's units (natural-log LSEs);
-    ``max_splits``: the most units one request can have (planner.PlanBounds.max_splits)."""
+    ``max_splits``: the most units one request can have (planner.PlanBounds.max_splits). Where the GPU
+    has griddepcontrol the launch is programmatic: scheduled while the attention kernel ends."""
     batch, tree_nodes, heads, v_dim = out.shape
+    pdl = device_has(out.device, "griddepcontrol")
     _combine_kernel[(tree_nodes * heads, batch)](
         partial_out, partial_lse, plan, out, out.stride(0), out.stride(1), out.stride(2), tree_nodes, heads,
         max_units, SPLITS_POW2=triton.next_power_of_2(max(2, max_splits)), SPLIT_TILE=SPLIT_TILE, BLOCK_DV=v_dim,
-        num_warps=4,
+        PDL=pdl, num_warps=4, **({"launch_pdl": True} if pdl else {}),
     )

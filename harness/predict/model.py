@@ -83,14 +83,16 @@ def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, hea
                              waves=config.get("waves", module.DEFAULT_CONFIG["waves"]))
         starts, split_len = reference_plan(lengths, tree_nodes, bounds)
         per_request = [b - a for a, b in zip(starts, starts[1:])]
+        launched = bounds.spans  # the spans rule: one CTA per span, each a span's tiles (split_len)
     else:  # the kernel's own split rule for kv_splits=0, on ``arch``
         count = config.get("kv_splits") or kv_splits_for(capacity, rows, batch, work["rows"], work["block_n"],
                                                          arch.sms, **work["split_rule"])
         split_len = math.ceil(math.ceil(capacity / count) / work["block_n"]) * work["block_n"]
         per_request = [count] * batch
+        launched = 0
     splits = max(per_request)
-    tiles = math.ceil(min(split_len, sequence) / work["block_n"])
-    ctas = row_blocks * sum(per_request)
+    tiles = math.ceil((split_len if launched else min(split_len, sequence)) / work["block_n"])
+    ctas = row_blocks * (launched or sum(per_request))
     resident = max(1, min(blocks_per_sm, math.ceil(ctas / arch.sms)))
     waves = math.ceil(ctas / (arch.sms * blocks_per_sm))
     warps = resident * work["warps"]

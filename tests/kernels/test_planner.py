@@ -17,20 +17,43 @@ from conftest import DEVICE, HAS_CUDA, capture_graph  # noqa: E402
 @settings(max_examples=25, deadline=None, derandomize=True)
 @given(lengths=st.lists(st.integers(0, 300_000), min_size=1, max_size=40), tree_nodes=st.integers(1, 256),
        row_blocks=st.integers(1, 64), block_n=st.sampled_from([16, 32, 64]), sms=st.sampled_from([132, 188]),
-       ctas_per_sm=st.sampled_from([1, 2]), kv_splits=st.sampled_from([0, 0, 1, 3, 64]))
+       ctas_per_sm=st.sampled_from([1, 2]), kv_splits=st.sampled_from([0, 0, 1, 3, 64]),
+       waves=st.sampled_from([planner.SPANS, 1, 2]))
 def test_the_device_plan_is_the_reference_plan_within_its_bounds(lengths, tree_nodes, row_blocks, block_n, sms,
-                                                                 ctas_per_sm, kv_splits):
+                                                                 ctas_per_sm, kv_splits, waves):
     capacity = max(lengths) + tree_nodes + 97  # a table a little larger than the longest request
     bounds = planner.plan_bounds(batch=len(lengths), row_blocks=row_blocks, capacity=capacity, block_n=block_n,
-                                 sms=sms, kv_splits=kv_splits, ctas_per_sm=ctas_per_sm)
+                                 sms=sms, kv_splits=kv_splits, ctas_per_sm=ctas_per_sm, waves=waves)
     plan = planner.make_plan(torch.tensor(lengths, dtype=torch.int32, device=DEVICE), tree_nodes, bounds).tolist()
     starts, chunk = planner.reference_plan(lengths, tree_nodes, bounds)
-    assert plan == [*starts, chunk]
+    assert plan == [*starts, chunk, *planner.reference_tile_starts(lengths, tree_nodes, block_n)]
     assert starts[-1] <= bounds.max_units, (starts[-1], bounds)
+    assert max(b - a for a, b in zip(starts, starts[1:])) <= bounds.max_splits, (starts, bounds)
     assert chunk % block_n == 0
     for length, first, last in zip(lengths, starts, starts[1:]):
-        assert (last - first) * chunk >= length + tree_nodes or kv_splits, "a request's splits miss its tail"
+        assert (last - first) * chunk >= length + tree_nodes or kv_splits or bounds.spans, "splits miss a tail"
         assert last - first >= 1
+    if bounds.spans:
+        assert bounds.grid == bounds.spans <= max(1, sms * ctas_per_sm // row_blocks)
+        _check_segments(lengths, tree_nodes, bounds)
+
+
+def _check_segments(lengths, tree_nodes, bounds):
+    """The spans rule's segments: every tile of every request in exactly one segment, in order; a
+    CTA's segments add up to at most one span; each request's units are its segments, contiguous."""
+    starts, chunk = planner.reference_plan(lengths, tree_nodes, bounds)
+    span = chunk // bounds.block_n
+    covered = {request: [] for request in range(len(lengths))}
+    for segments in planner.reference_segments(lengths, tree_nodes, bounds):
+        assert sum(tiles for _, _, tiles, _ in segments) <= span
+        for request, first, tiles, unit in segments:
+            assert tiles >= 1 and starts[request] <= unit < starts[request + 1]
+            covered[request].append((first, tiles))
+    for request, length in enumerate(lengths):
+        runs = covered[request]
+        assert len(runs) == starts[request + 1] - starts[request]
+        assert [first for first, _ in runs] == [sum(t for _, t in runs[:i]) for i in range(len(runs))]
+        assert sum(t for _, t in runs) == -(-(length + tree_nodes) // bounds.block_n)
 
 
 def test_a_ragged_batch_is_cut_into_near_equal_units():
@@ -44,6 +67,27 @@ def test_a_ragged_batch_is_cut_into_near_equal_units():
     assert bounds.target_units <= units <= bounds.target_units + len(lengths)
     total = sum(length + tree_nodes for length in lengths)
     assert chunk <= 2 * total / bounds.target_units + block_n  # no unit holds much more than its share
+
+
+def test_spans_give_every_cta_of_a_ragged_batch_the_same_work():
+    """FlashMLA's schedule: the batch's tiles in equal spans, one per CTA, crossing requests; a CTA
+    that takes the end of one request and the start of the next writes a unit for each."""
+    lengths, tree_nodes, block_n = [185_000, 4096, 32_768, 131_072], 64, 64
+    bounds = planner.plan_bounds(batch=len(lengths), row_blocks=8, capacity=190_000, block_n=block_n, sms=132,
+                                 kv_splits=0, ctas_per_sm=1, waves=planner.SPANS)
+    assert bounds.spans == 16 and bounds.max_units == 16 + 3
+    per_cta = planner.reference_segments(lengths, tree_nodes, bounds)
+    work = [sum(tiles for _, _, tiles, _ in segments) for segments in per_cta]
+    assert max(work) - min(work) <= 1, work
+    assert max(len(segments) for segments in per_cta) == 3  # 4096's whole request inside one span
+    starts, _ = planner.reference_plan(lengths, tree_nodes, bounds)
+    assert starts[2] - starts[1] == 1  # ... so it is written straight to out, with no combine
+
+
+def test_the_spans_rule_needs_a_kernel_that_walks_segments():
+    planner.check_plan_config({"kv_splits": 0, "waves": planner.SPANS}, spans=True)
+    with pytest.raises(ValueError, match="waves must be 1..16 .*gluon_wgmma_ws.*got 0"):
+        planner.check_plan_config({"kv_splits": 0, "waves": planner.SPANS})
 
 
 def _every_slot_finite(problem):
