@@ -81,9 +81,11 @@ def launch_dependents():
 def cta_range(Plan, cta, B, B_POW2: gl.constexpr, BLOCK_N: gl.constexpr, SPANS: gl.constexpr,
               num_warps: gl.constexpr):
     """CTA ``cta``'s work in the batch's tiles laid end to end (planner.py's plan layout):
-    (first tile, end tile, its first unit, its segments). Spans rule: tiles [cta * span, + span),
-    crossing requests; a units rule: its unit's tiles (none past the plan, one segment, maybe
-    empty: a fixed split past its request still writes its empty partial rows)."""
+    (first tile, end tile, its first unit, its segments, the request of its first segment). Spans
+    rule: tiles [cta * span, + span), crossing requests, its k-th segment in request first + k
+    (every request has a tile); a units rule: its unit's tiles (none past the plan; one segment,
+    maybe empty: a fixed split past its request still writes its empty partial rows). Call it
+    before the warps specialize: the vectors over B cost the partitions registers (they spilled)."""
     layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     b = gl.arange(0, B_POW2, layout=layout)
     tile_start = gl.load(Plan + B + 2 + b, mask=b < B, other=0)
@@ -96,33 +98,23 @@ def cta_range(Plan, cta, B, B_POW2: gl.constexpr, BLOCK_N: gl.constexpr, SPANS: 
         first_unit = cta + gl.sum((inner & (tile_start < begin) & (tile_start % chunk_tiles != 0)).to(gl.int32), 0)
         segments = gl.where(begin < end,
                             1 + gl.sum((inner & (tile_start > begin) & (tile_start < end)).to(gl.int32), 0), 0)
+        request = gl.sum((inner & (tile_start <= begin)).to(gl.int32), 0)
     else:
         request, start, chunk, splits, units = plan_unit(Plan, cta, B, B_POW2, num_warps)
         begin = gl.load(Plan + B + 2 + request) + start // BLOCK_N
         end = gl.maximum(gl.minimum(begin + chunk_tiles, gl.load(Plan + B + 3 + request)), begin)
         first_unit = cta
         segments = (cta < units).to(gl.int32)
-    return begin, end, first_unit, segments
+    return begin, end, first_unit, segments, request
 
 
 @gluon.jit
-def segment_at(Plan, cta, position, end, B, B_POW2: gl.constexpr, BLOCK_N: gl.constexpr, SPANS: gl.constexpr,
-               num_warps: gl.constexpr):
-    """The segment starting at tile ``position`` of CTA ``cta``'s range (``cta_range``), which ends at
-    ``end``: (request, its first position in the request, tiles, units of the request). A units
-    rule's CTA has one segment, its unit (empty for a fixed split past its request)."""
-    if SPANS:
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-        b = gl.arange(0, B_POW2, layout=layout)
-        tile_start = gl.load(Plan + B + 2 + b, mask=b < B, other=0)
-        request = gl.sum(((b >= 1) & (b < B) & (tile_start <= position)).to(gl.int32), 0)
-        tiles = gl.minimum(end, gl.load(Plan + B + 3 + request)) - position
-        start = (position - gl.load(Plan + B + 2 + request)) * BLOCK_N
-        splits = gl.load(Plan + request + 1) - gl.load(Plan + request)
-    else:
-        request, start, chunk, splits, units = plan_unit(Plan, cta, B, B_POW2, num_warps)
-        tiles = end - position
-    return request, start, tiles, splits
+def segment_at(Plan, request, position, end, B, BLOCK_N: gl.constexpr):
+    """The segment of ``request`` starting at tile ``position`` of a CTA's range ending at ``end``
+    (``cta_range``): (its first position in the request, tiles, units of the request). Scalars only."""
+    start = (position - gl.load(Plan + B + 2 + request)) * BLOCK_N
+    tiles = gl.maximum(gl.minimum(end, gl.load(Plan + B + 3 + request)) - position, 0)
+    return start, tiles, gl.load(Plan + request + 1) - gl.load(Plan + request)
 
 
 def unsupported_reason(shape: ProblemShape) -> str | None:

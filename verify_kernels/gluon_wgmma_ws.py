@@ -171,8 +171,8 @@ def _load_q(Q, q_lat, q_rope, request, row_block, num_rows, H, stride_qb, stride
 def _scores_partition(Q, q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready,
                       p_free, sums_ready, Plan, PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2,
                       stride_qb, stride_qt, stride_qh, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh,
-                      row_block, cta, begin, end, first_unit, segments, T, H, B, B_POW2: gl.constexpr,
-                      SPANS: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
+                      row_block, begin, end, first_unit, segments, first_request, T, H, B, BLOCK_N: gl.constexpr,
+                      DV: gl.constexpr, DR: gl.constexpr):
     """Warpgroup 0: per segment, its Q rows; per tile, S, softmax, the P hand-off and the left half of O."""
     BLOCK_M: gl.constexpr = 64
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -186,7 +186,8 @@ def _scores_partition(Q, q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sum
     position = begin
     done = 0  # tiles of the CTA's earlier segments: the ring's and the P hand-off's running count
     for k in range(segments):
-        request, start, num_tiles, splits = segment_at(Plan, cta, position, end, B, B_POW2, BLOCK_N, SPANS, 4)
+        request = first_request + k
+        start, num_tiles, splits = segment_at(Plan, request, position, end, B, BLOCK_N)
         prefix_len = gl.load(PrefixLens + request)
         seq_len = prefix_len + T
         _load_q(Q, q_lat, q_rope, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh, DV, DR)
@@ -242,9 +243,9 @@ def _scores_partition(Q, q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sum
 @gluon.jit
 def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
                       sums_ready, KV, lat_desc, rope_desc, BlockTable, Plan, PrefixLens, Out, PartialOut, PartialLse,
-                      stride_table_b, stride_ob, stride_ot, stride_oh, row_block, cta, begin, end, first_unit,
-                      segments, T, H, B, B_POW2: gl.constexpr, SPANS: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                      BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
+                      stride_table_b, stride_ob, stride_ot, stride_oh, row_block, begin, end, first_unit, segments,
+                      first_request, T, H, B, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr,
+                      DR: gl.constexpr):
     """Warpgroup 1: the KV tile copies and the right half of O, segment by segment."""
     BLOCK_M: gl.constexpr = 64
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -254,7 +255,8 @@ def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, 
     position = begin
     done = 0
     for k in range(segments):
-        request, start, num_tiles, splits = segment_at(Plan, cta, position, end, B, B_POW2, BLOCK_N, SPANS, 4)
+        request = first_request + k
+        start, num_tiles, splits = segment_at(Plan, request, position, end, B, BLOCK_N)
         seq_len = gl.load(PrefixLens + request) + T
         table = BlockTable + request * stride_table_b
         acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
@@ -337,18 +339,18 @@ def _ws_verify_kernel(
     if PDL:  # launched programmatically: the set-up above overlapped the plan kernel, which the plan needs
         wait_for_prior_grids()
         launch_dependents()  # the combine may be scheduled; it waits for this grid before it reads
-    begin, end, first_unit, segments = cta_range(Plan, cta, B, B_POW2, BLOCK_N, SPANS, 4)
+    begin, end, first_unit, segments, first_request = cta_range(Plan, cta, B, B_POW2, BLOCK_N, SPANS, 4)
 
     gl.warp_specialize([
         (_scores_partition, (Q, q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free,
                              p_ready, p_free, sums_ready, Plan, PrefixLens, TreeMask, Out, PartialOut, PartialLse,
                              scale_log2, stride_qb, stride_qt, stride_qh, stride_mask_b, stride_mask_t, stride_ob,
-                             stride_ot, stride_oh, row_block, cta, begin, end, first_unit, segments, T, H, B, B_POW2,
-                             SPANS, BLOCK_N, DV, DR)),
+                             stride_ot, stride_oh, row_block, begin, end, first_unit, segments, first_request, T, H, B,
+                             BLOCK_N, DV, DR)),
         (_loader_partition, (kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
                              sums_ready, KV, LatDesc, RopeDesc, BlockTable, Plan, PrefixLens, Out, PartialOut,
-                             PartialLse, stride_table_b, stride_ob, stride_ot, stride_oh, row_block, cta, begin, end,
-                             first_unit, segments, T, H, B, B_POW2, SPANS, PAGE_SIZE, BLOCK_N, DV, DR)),
+                             PartialLse, stride_table_b, stride_ob, stride_ot, stride_oh, row_block, begin, end,
+                             first_unit, segments, first_request, T, H, B, PAGE_SIZE, BLOCK_N, DV, DR)),
     ], [4], [WORKER_REGS])
 
 

@@ -265,12 +265,12 @@ def reference_segments(prefix_lens: list[int], tree_nodes: int, bounds: PlanBoun
     for cta in range(bounds.spans):
         begin, end = min(cta * span, total), min((cta + 1) * span, total)
         unit = cta + sum(1 for t in inner if t < begin and t % span)
+        request = sum(1 for t in inner if t <= begin)  # then one request a segment: each has a tile
         segments, position = [], begin
         while position < end:
-            request = sum(1 for t in inner if t <= position)
             stop = min(end, tile_start[request + 1])
             segments.append((request, position - tile_start[request], stop - position, unit))
-            unit, position = unit + 1, stop
+            unit, position, request = unit + 1, stop, request + 1
         per_cta.append(segments)
     assert [s[3] for segments in per_cta for s in segments] == list(range(starts[-1])), "units in order"
     return per_cta
