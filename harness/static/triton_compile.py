@@ -50,8 +50,8 @@ def _ptxas_report(ptx: str, capability: int) -> dict[str, int]:
     }
 
 
-def compile_resources(spec: TritonKernelSpec, arch: str) -> ResourceUsage:
-    """Compile ``spec`` for ``arch`` offline and return its resource usage."""
+def compile_spec(spec: TritonKernelSpec, arch: str):
+    """Compile ``spec`` for ``arch`` offline: Triton's compiled kernel (its ``asm`` holds PTX and cubin)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -65,8 +65,14 @@ def compile_resources(spec: TritonKernelSpec, arch: str) -> ResourceUsage:
         source_class = ASTSource
     source = source_class(spec.kernel, spec.signature(), constexprs=spec.specialised_constexprs(),
                           attrs=spec.divisibility_attrs())
-    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32),
-                              options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+    return triton.compile(source, target=GPUTarget("cuda", capability, 32),
+                          options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+
+
+def compile_resources(spec: TritonKernelSpec, arch: str) -> ResourceUsage:
+    """Compile ``spec`` for ``arch`` offline and return its resource usage."""
+    capability = load_arch(arch).compute
+    compiled = compile_spec(spec, arch)
     ptxas = _ptxas_report(compiled.asm["ptx"], capability)
     return ResourceUsage(
         registers=ptxas["registers"],

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Does a CTA of the planner's spans rule lose time switching between requests (notes/2026-12-04-spans.md)?
+# gluon_wgmma_ws's kernels timed alone by ncu (base clock) on ragged batches against one request of the same tiles.
+#   cost  8 x 65536 (T 16, H 16) against one 524400, and the 4-request batch (T 64, H 8) against one 353000;
+#         spans (waves 0) and units (waves 2)                    -> results/ncu/spans-switch-<gpu>.csv
+#   tail  T 16, H 16, 8217 tiles, spans: A three requests on span boundaries, whole last tiles; B boundaries
+#         inside spans (two CTAs switch); E on boundaries, partial last tiles; C one request
+#                                                                  -> results/ncu/spans-switch-vs-tail-<gpu>.csv
+# Usage (GPU host, repository root): bash experiments/spans/ncu_switch.sh cost|tail [ncu flags...]
+. scripts/gpu_env.sh
+case=${1:?cost or tail}; shift
+flags=("$@"); [ ${#flags[@]} = 0 ] && flags=(--metrics gpu__time_duration.sum --csv)
+out=results/ncu/spans-$([ "$case" = cost ] && echo switch || echo switch-vs-tail)-$sku.csv; mkdir -p results/ncu
+{ echo "# commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)} (ncu locks the SM clock at base)"
+  echo "# command: bash experiments/spans/ncu_switch.sh $case ${flags[*]}"; } > "$out"
+CASE=$case ncu --kernel-name regex:"ws_verify|combine|plan" "${flags[@]}" python3 - >> "$out" 2>&1 <<'PY'
+import os
+
+import torch
+
+from verify_kernels import make_problem, verify_attention
+
+if os.environ["CASE"] == "cost":
+    cases = [([65536] * 8, 16, 16, "ragged"), ([524400], 16, 16, "one"),
+             ([185000, 4096, 32768, 131072], 64, 8, "ragged"), ([353000], 64, 8, "one")]
+    configs = ({"waves": 0}, {"waves": 2})
+else:
+    cases = [([175280] * 3, 16, 16, "A"), ([181680, 175280, 168880], 16, 16, "B"), ([175248] * 3, 16, 16, "E"),
+             ([525872], 16, 16, "C")]
+    configs = ({"waves": 0},)
+for lengths, tree_nodes, heads, name in cases:
+    problem = make_problem(lengths, tree_nodes, heads, page_size=64, device="cuda", seed=1)
+    for config in configs:
+        print(name, lengths[:4], tree_nodes, heads, config, flush=True)
+        verify_attention(*problem.arguments(), **problem.kwargs(), variant="gluon_wgmma_ws", config=config)
+        torch.cuda.synchronize()
+PY
+grep -E '^[A-Z]|ws_verify' "$out" | tail -n 12

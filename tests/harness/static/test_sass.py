@@ -1,0 +1,45 @@
+"""Where spills sit in the SASS (harness/static/sass.py): the tile-loop reading on a small listing,
+then gluon_wgmma_ws compiled the way a ragged batch launches it (the batch's power of two is a
+compile-time constant; at B 4 ptxas keeps a value in local memory, outside the tile loops)."""
+
+import dataclasses
+
+import pytest
+
+from harness.static.sass import cuobjdump_path, spills_in_tile_loops
+
+LISTING = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   STL [R1], R9 ;
+        /*0020*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ ;
+        /*0030*/                   LDL R2, [R1] ;
+        /*0040*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0050*/               @P0 BRA 0x40 ;
+        /*0060*/                   STL [R1+0x4], R11 ;
+        /*0070*/               @P1 BRA 0x20 ;
+        /*0080*/                   EXIT ;
+        /*0090*/                   LDL R3, [R1+0x4] ;
+        /*00a0*/                   BRA 0x20 ;
+"""
+
+
+def test_only_spills_inside_the_innermost_mma_loop_count():
+    """The tile loop is 0x40-0x50 (inside the segment loop 0x20-0x70): the load at 0x30 and the store
+    at 0x60 run once a segment, the block after EXIT jumps back without being a loop."""
+    assert spills_in_tile_loops(LISTING) == []
+    inside = LISTING.replace("/*0040*/                   HGMMA", "/*0040*/                   LDL R5, [R1+0x8] ;\n"
+                             "        /*0048*/                   HGMMA")
+    assert spills_in_tile_loops(inside) == ["LDL R5, [R1+0x8]"]
+
+
+@pytest.mark.skipif(cuobjdump_path() is None, reason="cuobjdump (PATH or Triton's wheel) not found")
+@pytest.mark.parametrize("batch_pow2", [1, 4])
+def test_gluon_wgmma_ws_default_keeps_its_tile_loops_free_of_spills(batch_pow2):
+    from harness.static.sass import triton_sass
+    from verify_kernels import gluon_wgmma_ws
+
+    (spec,) = gluon_wgmma_ws.kernel_specs(gluon_wgmma_ws.DEFAULT_CONFIG)
+    spec = dataclasses.replace(spec, constexprs={**spec.constexprs, "B_POW2": batch_pow2})
+    listing = triton_sass(spec, "sm_90")
+    assert "HGMMA" in listing
+    assert spills_in_tile_loops(listing) == []
