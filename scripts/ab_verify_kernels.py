@@ -8,7 +8,7 @@ part removed on purpose, to see what that part costs). Each round then times eve
 over rounds and the SM clock NVML read after its rounds; ``--out`` appends one record per
 contender (environment, command). A contender is ``variant[:config-json]``, or
 ``file=PATH:config-json`` for a variant module kept as a file (an earlier version of a kernel,
-loaded as a sibling of verify_kernels' modules).
+loaded as a sibling of verify_kernels' modules). ``--ragged L1,L2,...`` times a batch instead of one request.
 
   python scripts/ab_verify_kernels.py --prefix 185000 --tree 64 --rounds 8 \
       'gluon_wgmma_ws:{"BLOCK_N": 64, "kv_splits": 0}' 'file=old_ws.py:{"BLOCK_N": 64, "kv_splits": 16}'
@@ -45,6 +45,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("contenders", nargs="+")
     parser.add_argument("--prefix", type=int, default=185000)
+    parser.add_argument("--ragged", type=lambda text: [int(v) for v in text.split(",")],
+                        help="a ragged batch instead of --prefix: one prefix length per request, comma-separated")
     parser.add_argument("--tree", type=int, default=64)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--page-size", type=int, default=64)
@@ -53,7 +55,8 @@ def main() -> None:
     parser.add_argument("--time-wrong", action="store_true",
                         help="time contenders that fail the oracle check too (ablations); their rows say so")
     args = parser.parse_args()
-    problem = make_problem(args.prefix, args.tree, args.heads, page_size=args.page_size, device="cuda", seed=0)
+    lengths = args.ragged or [args.prefix]
+    problem = make_problem(lengths, args.tree, args.heads, page_size=args.page_size, device="cuda", seed=0)
     shape = check_arguments(*problem.arguments(), **problem.kwargs())
     reference = reference_attention(*problem.arguments(), **problem.kwargs()).double()
     out = torch.empty(*problem.q.shape[:3], problem.v_dim, dtype=problem.q.dtype, device="cuda")
@@ -79,7 +82,8 @@ def main() -> None:
         for label, fn in contenders:
             medians[label].append(time_graph(fn, calls_per_graph=10, replays=10, read_state=False).median_ms)
             clocks[label].append((gpu_state() or {}).get("sm_clock_mhz"))
-    rows = [{"contender": label, "prefix_len": args.prefix, "tree_nodes": args.tree, "heads": args.heads,
+    rows = [{"contender": label, "prefix_len": max(lengths), "prefix_lens": lengths, "tree_nodes": args.tree,
+             "heads": args.heads,
              "page_size": args.page_size,
              "rel_error": errors[label], "passes_oracle": passes[label],
              "median_ms": statistics.median(medians[label]), "min_ms": min(medians[label]),
@@ -89,7 +93,7 @@ def main() -> None:
         seen = [v for v in values if v]
         return f"{min(seen)}-{max(seen)}" if seen else "-"
 
-    print(tabulate([(r["contender"], r["prefix_len"], r["tree_nodes"], f"{r['median_ms']:.4f}", f"{r['min_ms']:.4f}",
+    print(tabulate([(r["contender"], ",".join(map(str, lengths))[:24], r["tree_nodes"], f"{r['median_ms']:.4f}", f"{r['min_ms']:.4f}",
                      f"{r['rel_error']:.1e}", clock_range(r["sm_clock_mhz_after"])) for r in rows],
                    headers=["contender", "L", "T", "median ms", "min ms", "rel err", "SM MHz after"]))
     if args.out:
