@@ -2,7 +2,10 @@
 then gluon_wgmma_ws compiled the way a ragged batch launches it (the batch's power of two is a
 compile-time constant; at B 4 ptxas keeps a value in local memory, outside the tile loops)."""
 
-import dataclasses
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -35,11 +38,15 @@ def test_only_spills_inside_the_innermost_mma_loop_count():
 @pytest.mark.skipif(cuobjdump_path() is None, reason="cuobjdump (PATH or Triton's wheel) not found")
 @pytest.mark.parametrize("batch_pow2", [1, 4])
 def test_gluon_wgmma_ws_default_keeps_its_tile_loops_free_of_spills(batch_pow2):
-    from harness.static.sass import triton_sass
-    from verify_kernels import gluon_wgmma_ws
-
-    (spec,) = gluon_wgmma_ws.kernel_specs(gluon_wgmma_ws.DEFAULT_CONFIG)
-    spec = dataclasses.replace(spec, constexprs={**spec.constexprs, "B_POW2": batch_pow2})
-    listing = triton_sass(spec, "sm_90")
-    assert "HGMMA" in listing
-    assert spills_in_tile_loops(listing) == []
+    """Compiled in a clean process: this test session runs Triton in interpreter mode, whose kernels
+    (and, from Triton 3.9, the reductions a Gluon kernel calls) cannot be compiled."""
+    code = ("import dataclasses, json; from harness.static.sass import triton_sass, spills_in_tile_loops; "
+            "from verify_kernels import gluon_wgmma_ws as v; (spec,) = v.kernel_specs(v.DEFAULT_CONFIG); "
+            f"spec = dataclasses.replace(spec, constexprs={{**spec.constexprs, 'B_POW2': {batch_pow2}}}); "
+            "listing = triton_sass(spec, 'sm_90'); "
+            "print(json.dumps(['HGMMA' in listing, spills_in_tile_loops(listing)]))")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    has_mma, spills = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert has_mma and spills == []
