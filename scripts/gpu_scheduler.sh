@@ -12,8 +12,11 @@
 #   waves   the planned kernels at plan waves 1, 2 and 4 on a ragged batch and a short tree
 #                                                              -> results/bench/scheduler-waves-<gpu>.jsonl
 #   spans   gluon_wgmma_ws on the spans rule (waves 0: CTA ranges across requests) against its units rule
-#           (waves 2): its oracle suite and graph-replay test, then the bench shapes and two batches not
-#           benched before, beside the peers           -> results/check/spans-<gpu>.log, results/bench/spans-<gpu>.jsonl
+#           (waves 2): the bench shapes and two batches not benched before, beside the peers
+#                                                              -> results/bench/spans-<gpu>.jsonl
+#   spans-test      gluon_wgmma_ws's oracle suite and graph-replay test (~310 s) -> results/check/spans-test-<gpu>.log
+#   spans-sanitize  compute-sanitizer memcheck, racecheck, synccheck of gluon_wgmma_ws's default (the spans
+#                   rule) on the sanitizer shapes      -> results/sanitizer/variants/<tool>-gluon_wgmma_ws-spans-<gpu>.txt
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
 # Usage (repository root): bash scripts/gpu_scheduler.sh SECONDS STEP[:SECONDS]...
 . scripts/gpu_env.sh
@@ -72,17 +75,27 @@ for item in "$@"; do
       done
       tail -n 8 "results/bench/scheduler-waves-$sku.txt"; pack ;;
     spans)
-      log="results/check/spans-$sku.log"
-      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
-        echo "command: python3 -m pytest -q -p no:cacheprovider -rs tests/kernels/test_planner.py tests/kernels/test_variants.py -k gluon_wgmma_ws"; } > "$log"
-      timeout -k 10 "$(( $(left) / 4 ))" python3 -m pytest -q -p no:cacheprovider -rs tests/kernels/test_planner.py \
-        tests/kernels/test_variants.py -k gluon_wgmma_ws >> "$log" 2>&1
-      tail -n 4 "$log"; pack
       ours="gluon_wgmma_ws --config {\"waves\":0} --config {\"waves\":2}"; records="results/bench/spans-$sku.jsonl"
       bench_shapes
       bench --ragged 262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000 --tree 128 --heads 8
       bench --ragged 100000,50000,25000,12000,6000,3000 --tree 16 --heads 64
       pack ;;
+    spans-test)
+      log="results/check/spans-test-$sku.log"
+      tests=(tests/kernels/test_variants.py tests/kernels/test_planner.py tests/harness/static/test_sass.py -k gluon_wgmma_ws)
+      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+        echo "command: python3 -m pytest -q -p no:cacheprovider -rs ${tests[*]}"; } > "$log"
+      timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider -rs "${tests[@]}" >> "$log" 2>&1
+      tail -n 3 "$log"; pack ;;
+    spans-sanitize)
+      for tool in memcheck racecheck synccheck; do
+        log="results/sanitizer/variants/$tool-gluon_wgmma_ws-spans-$sku.txt"; mkdir -p results/sanitizer/variants
+        { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+          echo "command: compute-sanitizer --tool $tool $(sanitizer_only "$tool") python3 scripts/sanitize_variants.py gluon_wgmma_ws"; } > "$log"
+        timeout -k 5 "$(( $(left) / 2 ))" compute-sanitizer --tool "$tool" $(sanitizer_only "$tool") \
+          python3 scripts/sanitize_variants.py gluon_wgmma_ws >> "$log" 2>&1
+        echo "$tool: rc=$? $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) ok=$(grep -c ' ok$' "$log")"
+      done; pack ;;
     report) python3 -m harness report "$records" --peers --title "The planner beside the peers ($sku)" \
               --out "results/report/scheduler-$sku" > /dev/null 2>&1; pack
             sed -n '/## Ours against the peers/,/## The portable race/p' "results/report/scheduler-$sku.md" | head -n 40 ;;
