@@ -57,7 +57,7 @@ from .splits import sm_count
 # waves 0: the planner's spans rule (planner.plan_bounds): one CTA per SM, each walking an equal span
 # of the batch's tiles across request boundaries.
 DEFAULT_CONFIG = {**_GLUON_DEFAULTS, "waves": planner.SPANS}
-# gluon_common's, and the units rule that came before the spans (one wave, and two) with the default tile.
+# gluon_common's three, and the units rule the spans replaced: one wave at BLOCK_N 64, two at BLOCK_N 32.
 CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8}, {"waves": 1}, {"waves": 2, "BLOCK_N": 32})
 
 # The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma comes from gluon_common.
