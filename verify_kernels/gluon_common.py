@@ -40,6 +40,19 @@ def copy_rows(smem, base, rows, row_stride, COLS: gl.constexpr, layout: gl.const
 
 
 @gluon.jit
+def copy_q_rows(q_lat, q_rope, Q, row_block, num_rows, H, stride_qt, stride_qh, DV: gl.constexpr,
+                DR: gl.constexpr, lat_layout: gl.constexpr, rope_layout: gl.constexpr):
+    """cp.async of a 64-row block of one request's Q (``Q``: the request's first row; row r = node * H
+    + head, clamped to the last row) into its latent and rope tiles."""
+    BLOCK_M: gl.constexpr = 64
+    last_row = num_rows - 1
+    r_lat = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, lat_layout)), last_row)
+    copy_rows(q_lat, Q, (r_lat // H) * stride_qt + (r_lat % H) * stride_qh, 1, DV, lat_layout)
+    r_rope = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rope_layout)), last_row)
+    copy_rows(q_rope, Q + DV, (r_rope // H) * stride_qt + (r_rope % H) * stride_qh, 1, DR, rope_layout)
+
+
+@gluon.jit
 def pool_rows(table, tile_start, seq_len, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, layout: gl.constexpr):
     """Pool rows of positions [tile_start, +BLOCK_N) of one request, clamped to its last row."""
     positions = gl.minimum(tile_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout)), seq_len - 1)

@@ -49,7 +49,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .arch import device_has, load_arch
 from . import planner
 from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_PAGE_SIZES, CPU_INTERPRETABLE, LN2, LOG2E, PAGE_SIZES,
-                           copy_rows, cta_barrier, cta_range, launch_dependents, pool_rows, segment_at,
+                           copy_q_rows, copy_rows, cta_barrier, cta_range, launch_dependents, pool_rows, segment_at,
                            tma_async_load, unsupported_reason, wait_for_prior_grids)
 from .gluon_common import DEFAULT_CONFIG as _GLUON_DEFAULTS
 from .splits import sm_count
@@ -152,15 +152,10 @@ def _load_q(Q, q_lat, q_rope, request, row_block, num_rows, H, stride_qb, stride
             DV: gl.constexpr, DR: gl.constexpr):
     """Q rows of this block of ``request`` (clamped to its last row) into shared memory, by cp.async
     of warpgroup 0's 128 threads; returns when they have landed and are visible to wgmma."""
-    BLOCK_M: gl.constexpr = 64
     lat_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
     rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    last_row = num_rows - 1
-    r_lat = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, lat_layout)), last_row)
-    copy_rows(q_lat, Q + request * stride_qb, (r_lat // H) * stride_qt + (r_lat % H) * stride_qh, 1, DV, lat_layout)
-    r_rope = gl.minimum(row_block * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, rope_layout)), last_row)
-    copy_rows(q_rope, Q + request * stride_qb + DV, (r_rope // H) * stride_qt + (r_rope % H) * stride_qh, 1, DR,
-              rope_layout)
+    copy_q_rows(q_lat, q_rope, Q + request * stride_qb, row_block, num_rows, H, stride_qt, stride_qh, DV, DR,
+                lat_layout, rope_layout)
     async_copy.commit_group()
     async_copy.wait_group(0)
     fence_async_shared()

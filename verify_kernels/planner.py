@@ -210,15 +210,11 @@ def unit_of(Plan, unit, B, B_POW2: tl.constexpr):
 def reference_plan(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) -> tuple[list[int], int]:
     """The same plan in Python (split_start with B + 1 entries, chunk), for tests and models."""
     tiles = [-(-(length + tree_nodes) // bounds.block_n) for length in prefix_lens]
-    if bounds.spans:
+    if bounds.spans:  # a request's first unit: the spans before it, and the request starts inside spans
         span = max(bounds.min_chunk // bounds.block_n, -(-sum(tiles) // bounds.spans))
-        starts, tile_start, cuts = [], 0, 0
-        for count in tiles:
-            cut = bool(starts) and tile_start % span != 0
-            starts.append(-(-tile_start // span) + cuts)
-            cuts += cut
-            tile_start += count
-        return [*starts, -(-tile_start // span) + cuts], span * bounds.block_n
+        tile_start = reference_tile_starts(prefix_lens, tree_nodes, bounds.block_n)
+        return ([-(-t // span) + sum(1 for inner in tile_start[1:b] if inner % span) for b, t in enumerate(tile_start)],
+                span * bounds.block_n)
     if bounds.fixed_splits:
         splits = [bounds.fixed_splits] * len(prefix_lens)
         chunk = bounds.fixed_chunk

@@ -54,14 +54,13 @@ def sass(spec: CudaKernelSpec, arch: str) -> str:
 
 
 def spills_in_main_loop(spec: CudaKernelSpec, arch: str) -> list[str]:
-    """The local-memory loads and stores (LDL/STL: spills) ptxas placed between the kernel's first and
-    last mma (HMMA) instruction, its main loop. A spill outside it, a value kept across the loop and read
-    once after, costs a few instructions per CTA; one inside it costs every tile."""
-    lines = [line.split(";")[0].strip() for line in sass(spec, arch).splitlines() if "*/" in line and ";" in line]
-    mma = [i for i, line in enumerate(lines) if "HMMA" in line]
-    if not mma:
+    """The spills (LDL/STL) of a CUDA ``spec`` inside its tile loops (``spills_in_tile_loops``). A spill
+    outside them, a value kept across the loop and read once after, costs a few instructions per CTA;
+    one inside costs every tile."""
+    listing = sass(spec, arch)
+    if not re.search(r"\bHMMA\b", listing):
         raise RuntimeError(f"{spec.name} for {arch}: no HMMA in its SASS (no main loop to look at)")
-    return [line for line in lines[mma[0]:mma[-1]] if re.search(r"\b(LDL|STL)\b", line)]
+    return spills_in_tile_loops(listing)
 
 
 def triton_sass(spec: TritonKernelSpec, arch: str) -> str:
@@ -83,7 +82,8 @@ def spills_in_tile_loops(sass_text: str) -> list[str]:
             instructions.append((int(found.group(1), 16), found.group(2)))
     # Blocks placed after the body's last unconditional EXIT (a wait's retry, a slow path) jump back
     # into it: backward branches, but no loops.
-    body_end = max((a for a, t in instructions if t == "EXIT"), default=max((a for a, _ in instructions), default=0))
+    body_end = max((a for a, t in instructions if re.match(r"EXIT\b", t)),  # sm_120 listings annotate
+                   default=max((a for a, _ in instructions), default=0))
     loops = []
     for address, text in instructions:
         branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
