@@ -9,9 +9,10 @@ patch -s -o experiments/spans/ws_overlap.py verify_kernels/gluon_wgmma_ws.py exp
   || { echo "overlap.diff does not apply: git show $(cat experiments/spans/BASE):verify_kernels/gluon_wgmma_ws.py"; exit 1; }
 for shape in "--ragged 185000,4096,32768,131072 --tree 64 --heads 8" \
              "--ragged 65536,65536,65536,65536,65536,65536,65536,65536 --tree 16 --heads 16" \
-             "--prefix 524400 --tree 16 --heads 16" "--prefix 131072 --tree 16 --heads 8" \
-             "--prefix 32768 --tree 16 --heads 8" "--prefix 4096 --tree 64 --heads 8"; do
-  timeout 150 python3 scripts/ab_verify_kernels.py $shape --rounds ${ROUNDS:-6} --out "results/bench/spans-overlap-ab-$sku.jsonl" \
+             "--ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16" \
+             "--prefix 131072 --tree 16 --heads 8" "--prefix 32768 --tree 16 --heads 8" \
+             "--prefix 524400 --tree 16 --heads 16" "--prefix 4096 --tree 64 --heads 8"; do
+  timeout ${SHAPE_S:-150} python3 scripts/ab_verify_kernels.py $shape --rounds ${ROUNDS:-6} --out "results/bench/spans-overlap-ab-$sku.jsonl" \
     'gluon_wgmma_ws:{"waves": 0}' 'gluon_wgmma_ws:{"waves": 2}' 'file=experiments/spans/ws_overlap.py:{"waves": 0}' \
     2>&1 | grep -v -i warn | tail -n 5
   pack
