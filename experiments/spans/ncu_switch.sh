@@ -6,11 +6,18 @@
 #   tail  T 16, H 16, 8217 tiles, spans: A three requests on span boundaries, whole last tiles; B boundaries
 #         inside spans (two CTAs switch); E on boundaries, partial last tiles; C one request
 #                                                                  -> results/ncu/spans-switch-vs-tail-<gpu>.csv
+#   sections  A and C of tail, then cost's four (spans only) with ncu's sections (stalls, local-memory requests),
+#         and the cubins Triton built for them (the batch's power of two is a constant: spills differ by batch)
+#                                              -> results/ncu/spans-sections-<gpu>.txt, $OUT/cubins/
 # Usage (GPU host, repository root): bash experiments/spans/ncu_switch.sh cost|tail [ncu flags...]
 . scripts/gpu_env.sh
-case=${1:?cost or tail}; shift
+case=${1:?cost, tail or sections}; shift
 flags=("$@"); [ ${#flags[@]} = 0 ] && flags=(--metrics gpu__time_duration.sum --csv)
 out=results/ncu/spans-$([ "$case" = cost ] && echo switch || echo switch-vs-tail)-$sku.csv; mkdir -p results/ncu
+if [ "$case" = sections ]; then
+  flags=(--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis)
+  out=results/ncu/spans-sections-$sku.txt; export TRITON_CACHE_DIR=/tmp/triton-sections; rm -rf "$TRITON_CACHE_DIR"
+fi
 { echo "# commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)} (ncu locks the SM clock at base)"
   echo "# command: bash experiments/spans/ncu_switch.sh $case ${flags[*]}"; } > "$out"
 CASE=$case ncu --kernel-name regex:"ws_verify|combine|plan" "${flags[@]}" python3 - >> "$out" 2>&1 <<'PY'
@@ -24,6 +31,10 @@ if os.environ["CASE"] == "cost":
     cases = [([65536] * 8, 16, 16, "ragged"), ([524400], 16, 16, "one"),
              ([185000, 4096, 32768, 131072], 64, 8, "ragged"), ([353000], 64, 8, "one")]
     configs = ({"waves": 0}, {"waves": 2})
+elif os.environ["CASE"] == "sections":
+    cases = [([175280] * 3, 16, 16, "A"), ([525872], 16, 16, "C"), ([65536] * 8, 16, 16, "ragged"),
+             ([524400], 16, 16, "one"), ([185000, 4096, 32768, 131072], 64, 8, "ragged"), ([353000], 64, 8, "one")]
+    configs = ({"waves": 0},)
 else:
     cases = [([175280] * 3, 16, 16, "A"), ([181680, 175280, 168880], 16, 16, "B"), ([175248] * 3, 16, 16, "E"),
              ([525872], 16, 16, "C")]
@@ -36,3 +47,9 @@ for lengths, tree_nodes, heads, name in cases:
         torch.cuda.synchronize()
 PY
 grep -E '^[A-Z]|ws_verify' "$out" | tail -n 12
+if [ "$case" = sections ] && [ -n "$OUT" ]; then
+  for cubin in "$TRITON_CACHE_DIR"/*/_ws_verify_kernel.cubin; do
+    dir=$OUT/cubins/$(basename "$(dirname "$cubin")"); mkdir -p "$dir"; cp "$cubin" "${cubin%.cubin}.json" "$dir"/
+  done
+  grep -hE '^[A-Z]|Duration|Local Memory Spilling Requests  |L2 Hit Rate  |No Eligible|Warp Cycles Per Issued' "$out"
+fi
