@@ -13,8 +13,9 @@ loaded as a sibling of verify_kernels' modules) on the shapes of the registered 
 
 ``--config`` (JSON) is applied to every shape under each shape's own overrides.
 
-Shapes: a prefix of 0, page edges (prefix = page - 1, a tree ending on a page boundary), a ragged
-batch, one split and many (a forced kv_splits), odd T and H. Exit 1 when any output is wrong.
+Shapes: a prefix of 0, page edges (prefix = page - 1, a tree ending on a page boundary), ragged
+batches (one whose CTAs cross requests), one split and many (a forced kv_splits), odd T and H.
+Exit 1 when any output is wrong.
 """
 
 import argparse
@@ -35,6 +36,8 @@ SHAPES = [
     ([300], 20, 3, 32, "star", {"kv_splits": 5}),
     ([130, 17, 0], 64, 2, 16, "random", {}),
     ([24], 40, 1, 64, "random", {"kv_splits": 1}),
+    # The planner's spans rule on 132 SMs: spans of 4 tiles, one CTA walks 2 requests, one 3.
+    ([9000, 130, 4100, 1, 20000], 16, 8, 64, "random", {}),
 ]
 
 
