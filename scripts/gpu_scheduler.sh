@@ -13,16 +13,20 @@
 #                                                              -> results/bench/scheduler-waves-<gpu>.jsonl
 #   spans   gluon_wgmma_ws on the spans rule (waves 0: CTA ranges across requests) against its units rule
 #           (waves 2): the bench shapes and two batches not benched before, beside the peers
-#                                                              -> results/bench/spans-<gpu>.jsonl
-#   spans-test      gluon_wgmma_ws's oracle suite and graph-replay test (~310 s) -> results/check/spans-test-<gpu>.log
+#                                                  -> results/bench/spans-at-<commit>-<gpu>.jsonl
+#   spans-test      gluon_wgmma_ws's oracle suite and graph-replay test (~330 s warm, ~510 s cold)
+#                                                  -> results/check/spans-test-at-<commit>-<gpu>.log
 #   spans-sanitize  compute-sanitizer memcheck, racecheck, synccheck of gluon_wgmma_ws's default (the spans
-#                   rule) on the sanitizer shapes      -> results/sanitizer/variants/<tool>-gluon_wgmma_ws-spans-<gpu>.txt
+#                   rule) on the sanitizer shapes  -> results/sanitizer/variants/<tool>-gluon_wgmma_ws-spans-at-<commit>-<gpu>.txt
+# (<commit>: VK_GIT_COMMIT's first 7 characters: each kernel's records apart, and --resume never skips a point
+# because an earlier kernel measured it.)
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
 # Usage (repository root): bash scripts/gpu_scheduler.sh SECONDS STEP[:SECONDS]...
 . scripts/gpu_env.sh
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
 . scripts/gpu_peers_env.sh
 records="results/bench/scheduler-$sku.jsonl"; mkdir -p results/bench results/report results/check
+at="at-$(echo "${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | cut -c1-7)"
 ours="gluon_wgmma_ws cuda_ws triton_splitkv"
 peers="flash_mla flashinfer_fa3 flashinfer_fa2"
 bench() {  # the shape flags of one group of points
@@ -75,13 +79,13 @@ for item in "$@"; do
       done
       tail -n 8 "results/bench/scheduler-waves-$sku.txt"; pack ;;
     spans)
-      ours="gluon_wgmma_ws --config {\"waves\":0} --config {\"waves\":2}"; records="results/bench/spans-$sku.jsonl"
+      ours="gluon_wgmma_ws --config {\"waves\":0} --config {\"waves\":2}"; records="results/bench/spans-$at-$sku.jsonl"
       bench_shapes
       bench --ragged 262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000 --tree 128 --heads 8
       bench --ragged 100000,50000,25000,12000,6000,3000 --tree 16 --heads 64
       pack ;;
     spans-test)
-      log="results/check/spans-test-$sku.log"
+      log="results/check/spans-test-$at-$sku.log"
       tests=(tests/kernels/test_variants.py tests/kernels/test_planner.py tests/harness/static/test_sass.py -k gluon_wgmma_ws)
       { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
         echo "command: python3 -m pytest -q -p no:cacheprovider -rs ${tests[*]}"; } > "$log"
@@ -89,7 +93,7 @@ for item in "$@"; do
       tail -n 3 "$log"; pack ;;
     spans-sanitize)
       for tool in memcheck racecheck synccheck; do
-        log="results/sanitizer/variants/$tool-gluon_wgmma_ws-spans-$sku.txt"; mkdir -p results/sanitizer/variants
+        log="results/sanitizer/variants/$tool-gluon_wgmma_ws-spans-$at-$sku.txt"; mkdir -p results/sanitizer/variants
         { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
           echo "command: compute-sanitizer --tool $tool $(sanitizer_only "$tool") python3 scripts/sanitize_variants.py gluon_wgmma_ws"; } > "$log"
         timeout -k 5 "$(( $(left) / 2 ))" compute-sanitizer --tool "$tool" $(sanitizer_only "$tool") \

@@ -7,9 +7,11 @@ GPU has no measured table, its arch's tables are read, in this order of trust, e
 warning: ``proxy-<arch>.yaml`` (``vk tune --constrain-to <arch>`` on another GPU, published: configs
 legal on the arch, timed elsewhere), then ``predicted-<arch>.yaml`` (``vk predict-fit --ship``: the
 predictor's winners for the arch). In each table the fastest record at the key nearest the shape's (L
-bucket, T, H, page size, by log ratio; dtype must match where the record names one) decides, so
-every shape gets the table's best guess rather than the bare default order. The choice uses shapes only, so it is graph-safe: the L bucket comes from the block table's capacity (max_pages x page_size), the
-largest power of two not above it, because prefix_lens lives on the device.
+bucket, T, H, page size and batch size, by log ratio; dtype must match where the record names one)
+decides, so every shape gets the table's best guess rather than the bare default order. A ragged
+batch's record (``vk tune --ragged``) carries its batch size; every other record is one request. The
+choice uses shapes only, so it is graph-safe: the L bucket comes from the block table's capacity
+(max_pages x page_size), the largest power of two not above it, because prefix_lens lives on the device.
 """
 
 from __future__ import annotations
@@ -55,11 +57,12 @@ def load_tuned(sku: str, directory: str) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
-def key_distance(record: dict, bucket: int, tree_nodes: int, heads: int, page_size: int) -> float:
-    """How far a record's key is from the wanted one: the sum of |log2| ratios of L bucket, T, H and
-    page size (0: the same key)."""
-    wanted = (bucket, tree_nodes, heads, page_size)
-    found = (record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"])
+def key_distance(record: dict, bucket: int, tree_nodes: int, heads: int, page_size: int, batch: int = 1) -> float:
+    """How far a record's key is from the wanted one: the sum of |log2| ratios of L bucket, T, H, page
+    size and batch size (a ragged batch's record, ``vk tune --ragged``; others are one request)
+    (0: the same key)."""
+    wanted = (bucket, tree_nodes, heads, page_size, batch)
+    found = (record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"], record.get("batch", 1))
     return sum(abs(math.log2(a / b)) for a, b in zip(found, wanted))
 
 
@@ -72,7 +75,7 @@ def timing_mode(record: dict) -> str:
 
 
 def nearest_winner(table: dict, bucket: int, tree_nodes: int, heads: int, page_size: int, dtype: str,
-                   time_key: str) -> tuple[dict, float] | None:
+                   time_key: str, batch: int = 1) -> tuple[dict, float] | None:
     """The fastest record (by ``time_key``) at the table's nearest key to the wanted one, of this dtype
     (records without one, the predicted, match any) and of one timing mode (graph replay where the key
     has both), and its distance; None for an empty table."""
@@ -80,13 +83,15 @@ def nearest_winner(table: dict, bucket: int, tree_nodes: int, heads: int, page_s
     if not records:
         return None
 
+    fields = ("l_bucket", "tree_nodes", "heads", "page_size", "batch")
+
     def key(record: dict) -> tuple:
-        return record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"]
+        return record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"], record.get("batch", 1)
 
     # The nearest key; between equally near ones the larger (times of different keys never compete).
     nearest = min({key(r) for r in records},
-                  key=lambda k: (key_distance(dict(zip(("l_bucket", "tree_nodes", "heads", "page_size"), k)),
-                                              bucket, tree_nodes, heads, page_size), tuple(-v for v in k)))
+                  key=lambda k: (key_distance(dict(zip(fields, k)), bucket, tree_nodes, heads, page_size, batch),
+                                 tuple(-v for v in k)))
     at_key = [r for r in records if key(r) == nearest]
     # Nor do times of different timing modes (events include launch gaps that graph replay hides): where
     # a key has both, its graph-replay records.
@@ -95,7 +100,7 @@ def nearest_winner(table: dict, bucket: int, tree_nodes: int, heads: int, page_s
         mode = next(m for m in TIMING_PREFERENCE if m in modes)
         at_key = [r for r in at_key if timing_mode(r) == mode]
     best = min(at_key, key=lambda r: r[time_key])
-    return best, key_distance(best, bucket, tree_nodes, heads, page_size)
+    return best, key_distance(best, bucket, tree_nodes, heads, page_size, batch)
 
 
 @dataclass(frozen=True)
@@ -111,15 +116,16 @@ class Choice:
 
 
 def choose(sku: str, arch: str | None, bucket: int, tree_nodes: int, heads: int, page_size: int,
-           dtype: str) -> Choice:
+           dtype: str, batch: int = 1) -> Choice:
     """The measured table of this GPU (``sku``), else the proxy table of its arch, else its predicted
-    table; in each the fastest record at the nearest key. Shapes only: graph-safe."""
+    table; in each the fastest record at the nearest key (``batch``: the batch's size, which ragged
+    batches' records are matched by). Shapes only: graph-safe."""
     for source, name, time_key in (("measured", sku, "median_ms"), ("proxy", f"proxy-{arch}", "median_ms"),
                                    ("predicted", f"predicted-{arch}", "predicted_ms")):
         if source != "measured" and arch is None:
             continue
         found = nearest_winner(load_tuned(name, str(TUNED_DIR)), bucket, tree_nodes, heads, page_size, dtype,
-                               time_key)
+                               time_key, batch)
         if found is not None:
             record, distance = found
             return Choice(record["variant"], dict(record["config"]), source, str(TUNED_DIR / f"{name}.yaml"),
@@ -133,8 +139,8 @@ def tuned_choice(shape: ProblemShape) -> tuple[str, dict] | None:
     sku, arch = device_sku(shape.device), device_arch(shape.device)
     bucket = l_bucket(shape.max_pages * shape.page_size)
     dtype = str(shape.dtype).removeprefix("torch.")
-    choice = choose(sku, arch, bucket, shape.tree_nodes, shape.heads, shape.page_size, dtype)
-    key = (choice.source, sku, bucket, shape.tree_nodes, shape.heads, shape.page_size, dtype)
+    choice = choose(sku, arch, bucket, shape.tree_nodes, shape.heads, shape.page_size, dtype, shape.batch)
+    key = (choice.source, sku, bucket, shape.tree_nodes, shape.heads, shape.page_size, dtype, shape.batch)
     if key not in _warned and (choice.source != "measured" or choice.distance > 0):
         _warned.add(key)
         if choice.variant is None:
@@ -142,7 +148,8 @@ def tuned_choice(shape: ProblemShape) -> tuple[str, dict] | None:
         else:
             record = choice.record
             nearest = (f" at the nearest key (L bucket {record['l_bucket']}, T={record['tree_nodes']}, "
-                       f"H={record['heads']}, page_size={record['page_size']})" if choice.distance else "")
+                       f"H={record['heads']}, page_size={record['page_size']}, batch {record.get('batch', 1)})"
+                       if choice.distance else "")
             message = {
                 "predicted": f"using the PREDICTED winner for {arch} ({choice.variant}, fitted on "
                              f"{record.get('fitted_on')}){nearest}, not a measured one",
@@ -150,6 +157,7 @@ def tuned_choice(shape: ProblemShape) -> tuple[str, dict] | None:
                          f"with {arch}'s limits){nearest}, not one measured on this GPU",
             }.get(choice.source, f"using the measured winner {choice.variant}{nearest}")
         warnings.warn(f"verify_attention(variant='auto'): no tuned record for GPU {sku}, L bucket {bucket}, "
-                      f"T={shape.tree_nodes}, H={shape.heads}, page_size={shape.page_size}, {dtype}; {message}",
+                      f"T={shape.tree_nodes}, H={shape.heads}, page_size={shape.page_size}, {dtype}, "
+                      f"batch {shape.batch}; {message}",
                       stacklevel=3)
     return None if choice.variant is None else (choice.variant, choice.config)

@@ -64,7 +64,8 @@ def compare_tables(first: Path, second: Path) -> list[dict]:
     def by_key(path: Path) -> dict:
         out = {}
         for record in read_winners(path, "--compare").values():
-            key = (record["variant"], record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"])
+            key = (record["variant"], record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"],
+                   tuple(record.get("prefix_lens") or ()))  # a ragged batch's record is a key of its own
             out[key] = record
         return out
 
@@ -94,15 +95,17 @@ def explain_auto(args) -> str:
 
     bucket = dispatch.l_bucket(args.prefix + args.tree)
     choice = dispatch.choose(args.gpu or "(no GPU named)", args.arch, bucket, args.tree, args.heads, args.page_size,
-                             args.dtype)
+                             args.dtype, args.batch)
     shape = (f"L {args.prefix} (bucket {bucket}), T {args.tree}, H {args.heads}, page {args.page_size}, "
-             f"{args.dtype}")
+             f"{args.dtype}" + (f", a batch of {args.batch}" if args.batch > 1 else ""))
     if choice.variant is None:
         return (f"auto on {args.arch} at {shape}: no table entry; the default order, the first of "
                 f"{list(variants.AUTO_PREFERENCE)} that runs the shape, at its default config")
     record = choice.record
     key = (f"L bucket {record['l_bucket']}, T {record['tree_nodes']}, H {record['heads']}, "
            f"page {record['page_size']}")
+    if record.get("prefix_lens"):
+        key += f", ragged batch {record['prefix_lens']}"
     how = "the same key" if choice.distance == 0 else f"the nearest key ({key}; log-distance {choice.distance:g})"
     time = record.get("median_ms", record.get("predicted_ms"))
     text = (f"auto on {args.arch} at {shape}: {choice.variant} {choice.config}\n"
@@ -138,7 +141,8 @@ def cmd_tuned(args) -> int:
               f"({rows[0]['second']['kind']})")
         print(tabulate([(r["variant"], f"{r['l_bucket']:,}", r["tree_nodes"], r["heads"], f"{r['first']['ms']:.4f}",
                          f"{r['second']['ms']:.4f}", "same" if r["same_config"] else ", ".join(
-                             f"{k} {r['first']['config'].get(k)}/{r['second']['config'].get(k)}" for k in r["differ_in"]))
+                             f"{k} {r['first']['config'].get(k)}/{r['second']['config'].get(k)}"
+                             for k in r["differ_in"]))
                         for r in rows],
                        headers=["variant", "L bucket", "T", "H", "first ms", "second ms", "configs (first/second)"]))
         if args.json:
@@ -197,7 +201,8 @@ def publish_problems(table: dict) -> list[str]:
         if record.get("predicted"):
             problems.append(f"{name}: a predicted record (vk predict-fit --ship ships those)")
         elif str(record.get("gpu", "")).startswith("fake-") or not isinstance(record.get("median_ms"), (int, float)):
-            problems.append(f"{name}: not a measurement (gpu {record.get('gpu')!r}, median_ms {record.get('median_ms')!r})")
+            problems.append(f"{name}: not a measurement (gpu {record.get('gpu')!r}, "
+                            f"median_ms {record.get('median_ms')!r})")
     return problems
 
 
@@ -217,15 +222,22 @@ def add_commands(sub) -> None:
     tune = sub.add_parser("tune", help="Optuna over the statically feasible space, one study per key")
     tune.add_argument("--variants", nargs="+", default=["triton_splitkv", "cuda_coalesced", "cuda_ws"],
                       help="variants with a search space")
-    tune.add_argument("--prefix", type=prefix_lengths, default=[4096, 32768, 131072], help="prefix lengths L, one key per L bucket")
+    tune.add_argument("--prefix", type=prefix_lengths, help="prefix lengths L, one key per L bucket (default: 4096, "
+                      "32768, 131072; none when --ragged is given alone)")
+    tune.add_argument("--ragged", type=prefix_lengths, action="append", default=[],
+                      help="a ragged batch, one prefix length per request, comma-separated: a key of its own, "
+                           "which variant='auto' reads for batches of about its size (repeatable)")
     tune.add_argument("--tree", type=int_list_in(1, 1024), default=[16, 64, 256], help="tree sizes T")
     tune.add_argument("--heads", type=int_list_in(1, 128), default=[8], help="heads H")
     tune.add_argument("--page-size", type=int_in(1), default=64, help="KV pool page size")
     tune.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
-    tune.add_argument("--trials", type=int_in(0), default=30, help="configs measured per study, counting earlier runs (pruned proposals and duplicates are free; 0: only collect the winners)")
+    tune.add_argument("--trials", type=int_in(0), default=30,
+                      help="configs measured per study, counting earlier runs (pruned proposals and duplicates "
+                           "are free; 0: only collect the winners)")
     tune.add_argument("--minutes", type=float_at_least(0, strict=True), help="wall-clock budget per study")
     tune.add_argument("--storage", help=f"any Optuna storage URL (default {'sqlite:///results/tuned/optuna.db'})")
-    tune.add_argument("--workers", type=int_in(1), default=1, help="worker processes, one per local GPU, shared storage")
+    tune.add_argument("--workers", type=int_in(1), default=1,
+                      help="worker processes, one per local GPU, shared storage")
     tune.add_argument("--arch", choices=known_arches(), help="static model's arch (default: this GPU's)")
     tune.add_argument("--gpu", help="GPU SKU for the keys (default: this GPU's)")
     tune.add_argument("--constrain-to", choices=known_arches(),
@@ -234,11 +246,14 @@ def add_commands(sub) -> None:
     tune.add_argument("--objective", choices=["measured", "predicted"], default="measured",
                       help="measured (time each config on this GPU) or predicted: the predictor's time on --arch, "
                            "no GPU; winners into results/predict/predicted-<arch>.yaml, predicted: true")
-    tune.add_argument("--fitted-on", default="sm_90", choices=known_arches(), help="with --objective predicted: the arch whose "
+    tune.add_argument("--fitted-on", default="sm_90", choices=known_arches(),
+                      help="with --objective predicted: the arch whose "
                                                             "measurements fitted the predictor's parameters")
     tune.add_argument("--seed", type=seed, default=0)
-    tune.add_argument("--trial-timeout", type=float_at_least(0, strict=True), default=180.0, help="seconds before a trial counts as hung")
-    tune.add_argument("--rep-ms", type=float_at_least(0, strict=True), default=100.0, help="time budget of timed calls per trial")
+    tune.add_argument("--trial-timeout", type=float_at_least(0, strict=True), default=180.0,
+                      help="seconds before a trial counts as hung")
+    tune.add_argument("--rep-ms", type=float_at_least(0, strict=True), default=100.0,
+                      help="time budget of timed calls per trial")
     tune.add_argument("--timing", choices=["events", "graph"], default="events",
                       help="events: eager calls between CUDA events (a launch's host time shows once it exceeds "
                            "the kernel's); graph: CUDA-graph replay, the kernels alone (how the decode runs them)")
@@ -251,7 +266,8 @@ def add_commands(sub) -> None:
     tune.add_argument("--no-progress", action="store_true")
     tune.set_defaults(func=cmd_tune)
 
-    tuned = sub.add_parser("tuned", help="show tuned winners: measured (results/tuned/) and shipped (verify_kernels/tuned/)",
+    tuned = sub.add_parser("tuned",
+                           help="show tuned winners: measured (results/tuned/) and shipped (verify_kernels/tuned/)",
                            description="Show the tuned winner tables: those vk tune measured under results/tuned/ and "
                                        "those the package ships for variant='auto' (verify_kernels/tuned/).")
     tuned.add_argument("--check", action="store_true", help="exit 1 when a record's kernel source hash is stale")
@@ -266,12 +282,15 @@ def add_commands(sub) -> None:
     tuned.add_argument("--arch", choices=known_arches(),
                        help="with --explain: the GPU arch (its predicted table)")
     tuned.add_argument("--gpu", help="with --explain: the GPU SKU whose measured table to read, e.g. nvidia-h200")
-    tuned.add_argument("--prefix", type=int_in(0, PREFIX_MAX), help="with --explain: the prefix length L (auto buckets L + T "
+    tuned.add_argument("--prefix", type=int_in(0, PREFIX_MAX),
+                       help="with --explain: the prefix length L (auto buckets L + T "
                                                                                 "by the block table's capacity)")
     tuned.add_argument("--tree", type=int_in(1, 1024), help="with --explain: tree nodes T")
     tuned.add_argument("--heads", type=int_in(1, 128), help="with --explain: heads H")
     tuned.add_argument("--page-size", type=int_in(1), default=64, help="with --explain: the pool's page size")
     tuned.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16", help="with --explain")
+    tuned.add_argument("--batch", type=int_in(1), default=1, help="with --explain: the batch's requests (ragged "
+                       "batches' records, vk tune --ragged, are matched by it)")
     tuned.add_argument("--publish", action="store_true",
                        help="copy --file (a measured table) into the package, where variant='auto' reads it")
     tuned.set_defaults(func=cmd_tuned)
@@ -280,6 +299,7 @@ def add_commands(sub) -> None:
     quality.add_argument("--storage", required=True, help="the Optuna storage URL holding the study")
     quality.add_argument("--study", required=True, help="a study holding an exhaustive measurement of one key")
     quality.add_argument("--seeds", type=int_in(1), default=5, help="TPE replays, one per seed")
-    quality.add_argument("--within", type=float_at_least(0), default=0.03, help="how close to the best counts as reaching it (fraction)")
+    quality.add_argument("--within", type=float_at_least(0), default=0.03,
+                         help="how close to the best counts as reaching it (fraction)")
     quality.add_argument("--plot", type=output_file, help="write the best-so-far figure (PNG) here")
     quality.set_defaults(func=cmd_tune_quality)

@@ -28,6 +28,8 @@ def run_predicted_tune(args, tune_keys) -> int:
 
     if not args.arch:
         raise SystemExit("vk tune: --objective predicted: give --arch, the arch to predict for (e.g. sm_120)")
+    if getattr(args, "ragged", None):
+        raise SystemExit("vk tune: --objective predicted takes no --ragged (the predictor models one request)")
     if getattr(args, "constrain_to", None) or args.workers > 1 or args.exhaustive:
         raise SystemExit("vk tune: --objective predicted takes no --constrain-to, --workers or --exhaustive")
     storage = args.storage or DEFAULT_STORAGE
@@ -42,7 +44,8 @@ def run_predicted_tune(args, tune_keys) -> int:
         key = dataclasses.replace(key, prefix_len=key.l_bucket)
         evaluator = predicted_evaluator(key.variant, args.arch, prefix_len=key.prefix_len,
                                         tree_nodes=key.tree_nodes, heads=key.heads, fitted_on=args.fitted_on)
-        study = tune_key(key, resolve(key.variant, args.arch), storage=storage, trials=args.trials, minutes=args.minutes,
+        study = tune_key(key, resolve(key.variant, args.arch), storage=storage, trials=args.trials,
+                         minutes=args.minutes,
                          seed=args.seed, warm_start=[], timeout_s=args.trial_timeout, rep_ms=args.rep_ms,
                          progress=not args.no_progress, compile=not args.no_compile, timing="predicted",
                          evaluator=evaluator)

@@ -21,20 +21,30 @@ from verify_kernels.dispatch import SHIPPED_TUNED_DIR, l_bucket, load_tuned
 from verify_kernels.splits import CPU_ARCH
 
 
+DEFAULT_PREFIXES = [4096, 32768, 131072]
+
+
 def tune_keys(args, sku: str):
-    """The keys the arguments name: variants x prefix lengths x tree sizes x heads, one per study: of
-    two prefix lengths in one L bucket the first is tuned (the study and its winner record its length)."""
+    """The keys the arguments name: variants x (prefix lengths, then ragged batches) x tree sizes x
+    heads, one per study: of two prefix lengths in one L bucket the first is tuned (the study and its
+    winner record its length); a ragged batch (``--ragged``) is a key of its own, in its longest
+    length's bucket."""
+    ragged = getattr(args, "ragged", None) or []
+    prefixes = args.prefix if args.prefix is not None else ([] if ragged else DEFAULT_PREFIXES)
     buckets = {}
-    for length in args.prefix:
+    for length in prefixes:
         first = buckets.setdefault(l_bucket(length), length)
         if first != length:
             print(f"vk tune: --prefix {length} shares L bucket {l_bucket(length)} with {first}: tuned once, at {first}",
                   file=sys.stderr)
+    batches = [((length,), ()) for length in buckets.values()]
+    batches += [(tuple(lengths), tuple(lengths)) for lengths in ragged]
     for variant in args.variants:
-        for length in buckets.values():
+        for lengths, ragged in batches:
             for nodes in args.tree:
                 for heads in args.heads:
-                    yield TuneKey(variant, sku, l_bucket(length), nodes, heads, args.page_size, args.dtype, length)
+                    yield TuneKey(variant, sku, l_bucket(max(lengths)), nodes, heads, args.page_size, args.dtype,
+                                  max(lengths), ragged)
 
 
 def run_tune(args, argv: list[str]) -> int:
@@ -84,7 +94,8 @@ def run_tune(args, argv: list[str]) -> int:
             if proxy_for:
                 record.update(proxy_for=proxy_for, measured_on=sku.removesuffix(f"-proxy-{proxy_for}"), arch=arch)
             save_winner(record, path)
-            rows.append((key.variant, key.prefix_len, key.tree_nodes, key.heads, f"{record['median_ms']:.4f}",
+            rows.append((key.variant, ",".join(map(str, key.prefix_lens)) or key.prefix_len, key.tree_nodes, key.heads,
+                         f"{record['median_ms']:.4f}",
                          f"{record['default_median_ms']:.4f}" if record["default_median_ms"] else "-",
                          f"{record['speedup_over_default']:.2f}x" if record["speedup_over_default"] else "-",
                          record["measured"], record["failed"], json.dumps(record["config"])))
@@ -111,6 +122,10 @@ def predicted_ties(arch: str, key) -> list[dict]:
 def check_tune_inputs(args) -> None:
     """Refuse what no key could run, before a worker, a GPU or a study is touched: unknown variants,
     a page size none of them runs, a storage that cannot be opened."""
+    for lengths in getattr(args, "ragged", None) or []:
+        if len(lengths) < 2:
+            raise SystemExit(f"vk tune: --ragged: a batch of at least two prefix lengths, got {lengths} "
+                             "(one request is --prefix)")
     unknown = sorted(set(args.variants) - set(variants.VARIANTS))
     if unknown:
         raise SystemExit(f"vk tune: --variants: unknown {unknown}; expected some of {sorted(variants.VARIANTS)}")

@@ -1,4 +1,5 @@
-"""``vk tune``: one Optuna study per key (variant, GPU, L bucket, T, H, page size, dtype).
+"""``vk tune``: one Optuna study per key (variant, GPU, L bucket, T, H, page size, dtype, and for a
+ragged batch its prefix lengths).
 
 - The sampler (TPE, seeded) proposes values per tunable; proposals the search space or the static
   model reject are pruned with their reason and never reach the GPU.
@@ -19,6 +20,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -53,12 +55,24 @@ class TuneKey:
     heads: int
     page_size: int
     dtype: str
-    prefix_len: int  # the length actually measured for this bucket
+    prefix_len: int  # the length actually measured for this bucket (a ragged batch's longest)
+    # A ragged batch: one prefix length per request, the L bucket its longest's; empty: one request.
+    prefix_lens: tuple[int, ...] = ()
+
+    @property
+    def batch(self) -> int:
+        return len(self.prefix_lens) or 1
 
     @property
     def study_name(self) -> str:
-        return (f"{self.variant}|{self.gpu}|L{self.l_bucket}|T{self.tree_nodes}|H{self.heads}|"
+        name = (f"{self.variant}|{self.gpu}|L{self.l_bucket}|T{self.tree_nodes}|H{self.heads}|"
                 f"ps{self.page_size}|{self.dtype}")
+        if not self.prefix_lens:
+            return name
+        # The batch's size and a digest of its lengths (the lengths themselves are in the record:
+        # 64 of them would pass the storage's limit on a study's name).
+        digest = hashlib.sha1(",".join(map(str, self.prefix_lens)).encode()).hexdigest()[:8]
+        return f"{name}|B{self.batch}-{digest}"
 
 
 def canonical(config: dict) -> str:
@@ -71,7 +85,8 @@ def evaluate(key: TuneKey, config: dict, *, timeout_s: float, rep_ms: float, wor
     the bench's mode, "events" (eager calls, so a launch's host time shows once it exceeds the
     GPU's) or "graph" (CUDA-graph replay: the kernels alone)."""
     job = {"variant": key.variant, "config": config, "prefix_len": key.prefix_len, "tree_nodes": key.tree_nodes,
-           "heads": key.heads, "page_size": key.page_size, "dtype": key.dtype, "rep_ms": rep_ms, "timing": timing}
+           "heads": key.heads, "page_size": key.page_size, "dtype": key.dtype, "rep_ms": rep_ms, "timing": timing,
+           "prefix_lens": list(key.prefix_lens)}
     return worker.run(job, timeout_s)
 
 
@@ -279,16 +294,23 @@ def winner_record(study, key: TuneKey) -> dict | None:
     best = min(complete, key=lambda t: t.value)
     default = complete[0] if complete[0].number == 0 else None
     env = describe_environment()
+    fields = asdict(key)
+    if key.prefix_lens:  # a ragged batch's key: its lengths and size (dispatch matches batches by size)
+        fields.update(prefix_lens=list(key.prefix_lens), batch=key.batch)
+    else:
+        del fields["prefix_lens"]
     record = {
-        **asdict(key), "config": dict(best.params), "median_ms": best.value,
+        **fields, "config": dict(best.params), "median_ms": best.value,
         "iqr_ms": best.user_attrs.get("iqr_ms"), "trial": best.number,
         "default_median_ms": default.value if default else None,
         "speedup_over_default": (default.value / best.value) if default else None,
-        "trials": len(study.trials), "measured": sum("duplicate_of" not in t.user_attrs and
-                                                      t.state == optuna.trial.TrialState.COMPLETE for t in study.trials),
+        "trials": len(study.trials),
+        "measured": sum("duplicate_of" not in t.user_attrs and t.state == optuna.trial.TrialState.COMPLETE
+                        for t in study.trials),
         "failed": sum(t.state == optuna.trial.TrialState.FAIL for t in study.trials),
         # the hash tune_key opened the study with: the kernel these trials measured
-        "kernel_source_hash": study.user_attrs["kernel_source_hash"], "timing": study.user_attrs.get("timing", "events"),
+        "kernel_source_hash": study.user_attrs["kernel_source_hash"],
+        "timing": study.user_attrs.get("timing", "events"),
         "source_hash": source_hash(), "torch": str(env["torch"]), "triton": env["triton"], "cupy": env["cupy"],
         "driver": env.get("driver"), "study": study.study_name,
     }
@@ -316,15 +338,21 @@ def save_winner(record: dict, path: Path) -> None:
 
 
 def neighbour_winners(path: Path, key: TuneKey) -> list[dict]:
-    """Winners of the same variant, T, H, page size and dtype at other L buckets, nearest first."""
+    """The winner of the same variant, T, H, page size and dtype at the nearest other key: another L
+    bucket, or (for a ragged batch) one request of its longest length or another batch."""
     if not path.exists():
         return []
     wanted = (key.variant, key.tree_nodes, key.heads, key.page_size, key.dtype)
     fields = ("variant", "tree_nodes", "heads", "page_size", "dtype")
+
+    def distance(w: dict) -> float:
+        return abs(math.log2(w["l_bucket"] / key.l_bucket)) + abs(math.log2(w.get("batch", 1) / key.batch))
+
     same = [w for w in read_yaml_mapping(path, "--winners", allow_empty=True).values()
             if isinstance(w, dict) and tuple(w.get(f) for f in fields) == wanted and "config" in w
-            and w.get("l_bucket") not in (None, key.l_bucket)]
-    same.sort(key=lambda w: abs(math.log2(w["l_bucket"]) - math.log2(key.l_bucket)))
+            and w.get("l_bucket") and w.get("study") != key.study_name
+            and (w["l_bucket"], list(w.get("prefix_lens") or ())) != (key.l_bucket, list(key.prefix_lens))]
+    same.sort(key=distance)
     return [w["config"] for w in same[:1]]
 
 

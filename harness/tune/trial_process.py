@@ -28,7 +28,8 @@ class TrialProcess:
 
     def _start(self) -> None:
         self._stderr = tempfile.TemporaryFile(mode="w+")
-        path = os.pathsep.join(filter(None, [str(LIBRARY_DIR.parent), os.environ.get("PYTHONPATH")]))  # where harness is
+        # where harness is
+        path = os.pathsep.join(filter(None, [str(LIBRARY_DIR.parent), os.environ.get("PYTHONPATH")]))
         self._process = subprocess.Popen([sys.executable, "-m", "harness.tune.worker"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                          text=True, env={**os.environ, "PYTHONPATH": path},

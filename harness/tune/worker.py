@@ -38,10 +38,10 @@ _problem_cache: dict = {}  # the last (shape -> (problem, oracle output)); a wor
 def _problem_and_reference(point, seed: int):
     import torch
 
-    shape = (point.prefix_len, point.tree_nodes, point.heads, point.page_size, point.dtype, seed)
+    shape = (tuple(point.lengths()), point.tree_nodes, point.heads, point.page_size, point.dtype, seed)
     if shape not in _problem_cache:
         _problem_cache.clear()
-        problem = make_problem(point.prefix_len, point.tree_nodes, point.heads, page_size=point.page_size,
+        problem = make_problem(point.lengths(), point.tree_nodes, point.heads, page_size=point.page_size,
                                dtype=getattr(torch, point.dtype), device="cuda", seed=seed)
         _problem_cache[shape] = (problem, reference_attention(*problem.arguments(), **problem.kwargs()))
     return _problem_cache[shape]
@@ -50,8 +50,10 @@ def _problem_and_reference(point, seed: int):
 def measure(job: dict) -> dict:
     """The bench's own point runner: oracle check first, then the harness timer."""
 
+    lengths = tuple(job.get("prefix_lens") or ())  # a ragged batch; empty: one request of prefix_len
     point = BenchPoint(job["variant"], job["prefix_len"], job["tree_nodes"], job["heads"], job["page_size"],
-                       dtype=job["dtype"], config=tuple(sorted(job["config"].items())))
+                       batch=len(lengths) or 1, dtype=job["dtype"], config=tuple(sorted(job["config"].items())),
+                       prefix_lens=lengths)
     problem, reference = _problem_and_reference(point, job.get("seed", 0))
     payload = bench_point(point, problem, reference, None, mode=job.get("timing", "events"),
                           rep_ms=job.get("rep_ms", 100.0))

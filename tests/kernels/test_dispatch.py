@@ -162,3 +162,18 @@ def test_times_of_different_timing_modes_never_compete(tuned_dir):
     (tuned_dir / "some-gpu.yaml").write_text(yaml.safe_dump(table))
     assert dispatch.choose("some-gpu", None, 32768, 64, 8, 64, "bfloat16").record == table["graph2"]
     assert dispatch.choose("some-gpu", None, 4096, 64, 8, 64, "bfloat16").record == table["old2"]
+
+
+def test_a_batch_prefers_the_record_of_a_ragged_batch_of_about_its_size(tuned_dir):
+    """issue 33: vk tune --ragged records carry their batch's size; auto matches batches by it, and
+    one request keeps the one-request record of the same key."""
+    base = {"config": {}, "page_size": 64, "dtype": "bfloat16", "tree_nodes": 64, "heads": 8, "l_bucket": 131072}
+    table = {"one": {**base, "variant": "gluon_wgmma_ws", "median_ms": 0.3},
+             "eight": {**base, "variant": "cuda_ws", "median_ms": 0.9, "batch": 8,
+                       "prefix_lens": [131072, 64, 900, 4096, 17000, 33000, 70000, 110000]}}
+    (tuned_dir / "some-gpu.yaml").write_text(yaml.safe_dump(table))
+    one = dispatch.choose("some-gpu", None, 131072, 64, 8, 64, "bfloat16")
+    assert one.record == table["one"] and one.distance == 0
+    assert dispatch.choose("some-gpu", None, 131072, 64, 8, 64, "bfloat16", batch=8).record == table["eight"]
+    four = dispatch.choose("some-gpu", None, 131072, 64, 8, 64, "bfloat16", batch=4)
+    assert four.record == table["eight"] and four.distance == 1.0  # log2(8 / 4) against log2(4 / 1)

@@ -177,6 +177,10 @@ def test_neighbour_winner_is_the_warm_start(tmp_path):
     tune.save_winner({**base, "study": "a", "l_bucket": 32768, "config": {"BLOCK_M": 32}}, path)
     tune.save_winner({**base, "study": "b", "l_bucket": 131072, "config": {"BLOCK_M": 64}}, path)
     assert tune.neighbour_winners(path, KEY) == [{"BLOCK_M": 32}]
+    # A ragged batch starts from the one-request winner of its longest length's bucket.
+    tune.save_winner({**base, "study": "c", "l_bucket": 4096, "config": {"BLOCK_M": 16}}, path)
+    ragged = tune.TuneKey("triton_splitkv", "fake-cpu", 4096, 16, 8, 64, "bfloat16", 4000, (100, 4000))
+    assert tune.neighbour_winners(path, ragged) == [{"BLOCK_M": 16}]
 
 
 def test_tuning_quality_replay_on_a_known_table(tmp_path):
@@ -205,7 +209,8 @@ def test_exhaustive_study_measures_every_feasible_config_once(tmp_path, fake_env
                           seed=0, warm_start=[], timeout_s=60, rep_ms=10, progress=False, compile=False,
                           feasible_override=(space, subset, rejected), exhaustive=True)
     assert study.study_name.endswith("|exhaustive")
-    measured = {json.dumps(t.params, sort_keys=True) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    measured = {json.dumps(t.params, sort_keys=True) for t in study.trials
+                if t.state == optuna.trial.TrialState.COMPLETE}
     assert measured == set(subset)
 
 
@@ -240,7 +245,8 @@ def test_workers_share_one_storage_and_stop_at_the_trial_budget(tmp_path, fake_e
 def test_workers_on_journal_storage(tmp_path, fake_env):
     """The same worker run on Optuna's JournalStorage (a file many processes append to)."""
     journal = f"journal://{tmp_path / 'journal.log'}"
-    argv = [a if not a.startswith("sqlite:///") else journal for a in _vk_tune(tmp_path, "--trials", "8", "--workers", "2")]
+    argv = [a if not a.startswith("sqlite:///") else journal
+            for a in _vk_tune(tmp_path, "--trials", "8", "--workers", "2")]
     completed = subprocess.run(argv, env=fake_env, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-2000:]
     study = optuna.load_study(study_name=KEY.study_name, storage=tune.open_storage(journal))
@@ -272,7 +278,8 @@ def test_constrain_to_tunes_the_target_space_apart_and_marks_its_records(tmp_pat
     winners = yaml.safe_load((tmp_path / "winners.yaml").read_text())
     (name, record), = winners.items()
     assert "-proxy-sm_120|" in name and record["proxy_for"] == "sm_120" and record["arch"] == "sm_120"
-    assert record["measured_on"] == record["gpu"].removesuffix("-proxy-sm_120") and record["gpu"].endswith("-proxy-sm_120")
+    assert record["measured_on"] == record["gpu"].removesuffix("-proxy-sm_120")
+    assert record["gpu"].endswith("-proxy-sm_120")
     space, feasible, _ = tune.feasible_space(TARGET, progress=False, compile=False)
     assert json.dumps(record["config"], sort_keys=True) in feasible
     clash = subprocess.run([*command, "--arch", "sm_90"], env=fake_env, capture_output=True, text=True)
@@ -337,6 +344,45 @@ def test_a_key_reads_its_variant_only_through_the_resolved_target(tmp_path, monk
     with pytest.raises(ValueError, match="the target 'cuda_ws'"):
         tune.tune_key(KEY, tune.VariantOnArch("cuda_ws", "sm_120", None, None, "", {}), storage="sqlite://",
                       trials=1, minutes=None, seed=0, warm_start=[], timeout_s=60, rep_ms=10, progress=False)
+
+
+def test_ragged_batches_are_keys_of_their_own(tmp_path, fake_env):
+    """issue 33: vk tune --ragged tunes a batch of different prefix lengths as one key (alone, or
+    beside --prefix keys); its record carries the lengths and the batch's size, which auto reads."""
+    import yaml
+
+    command = [a for a in _vk_tune(tmp_path, "--trials", "3") if a not in ("--prefix", "4096")]
+    done = subprocess.run([*command, "--ragged", "100,5000,0"], env=fake_env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (name, record), = yaml.safe_load((tmp_path / "winners.yaml").read_text()).items()
+    assert "|L4096|" in name and "|B3-" in name and record["study"] == name  # the longest length's bucket
+    assert (record["prefix_lens"], record["batch"], record["prefix_len"]) == ([100, 5000, 0], 3, 5000)
+    assert "100,5000,0" in done.stdout
+    both = subprocess.run([*command, "--prefix", "4096", "--ragged", "100,5000,0"], env=fake_env,
+                          capture_output=True, text=True)
+    assert both.returncode == 0, both.stderr[-2000:]
+    assert len(yaml.safe_load((tmp_path / "winners.yaml").read_text())) == 2
+    one = subprocess.run([*command, "--ragged", "4096"], env=fake_env, capture_output=True, text=True)
+    assert one.returncode != 0 and "at least two prefix lengths" in one.stderr
+
+
+def test_a_ragged_key_measures_its_batch(monkeypatch):
+    """The worker builds the key's batch, not one request of its longest length."""
+    from harness.tune import worker
+
+    points = []
+
+    def problem_and_reference(point, seed):
+        points.append(point)
+        return None, None
+
+    monkeypatch.setattr(worker, "_problem_and_reference", problem_and_reference)
+    monkeypatch.setattr(worker, "bench_point", lambda point, *a, **k: {"status": "ok", "median_ms": 1.0})
+    job = {"variant": "triton_splitkv", "config": {}, "prefix_len": 5000, "tree_nodes": 16, "heads": 8,
+           "page_size": 64, "dtype": "bfloat16"}
+    worker.measure({**job, "prefix_lens": [100, 5000, 0]})
+    worker.measure(job)
+    assert [point.lengths() for point in points] == [[100, 5000, 0], [5000]]
 
 
 def test_prefix_lengths_of_one_bucket_make_one_key(capsys):
