@@ -40,11 +40,11 @@ def tune_keys(args, sku: str):
     batches = [((length,), ()) for length in buckets.values()]
     batches += [(tuple(lengths), tuple(lengths)) for lengths in ragged]
     for variant in args.variants:
-        for lengths, ragged in batches:
+        for lengths, ragged_lens in batches:
             for nodes in args.tree:
                 for heads in args.heads:
                     yield TuneKey(variant, sku, l_bucket(max(lengths)), nodes, heads, args.page_size, args.dtype,
-                                  max(lengths), ragged)
+                                  max(lengths), ragged_lens)
 
 
 def run_tune(args, argv: list[str]) -> int:
