@@ -51,7 +51,8 @@ def float_at_least(low: float, *, strict: bool = False):
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not (value > low if strict else value >= low) or value != value or value == float("inf"):
-            raise argparse.ArgumentTypeError(f"expected a finite number {'>' if strict else '>='} {low:g}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected a finite number {'>' if strict else '>='} {low:g}, got "
+                                             f"{text!r}")
         return value
     return parse
 

@@ -93,7 +93,8 @@ def main() -> None:
         seen = [v for v in values if v]
         return f"{min(seen)}-{max(seen)}" if seen else "-"
 
-    print(tabulate([(r["contender"], ",".join(map(str, lengths))[:24], r["tree_nodes"], f"{r['median_ms']:.4f}", f"{r['min_ms']:.4f}",
+    print(tabulate([(r["contender"], ",".join(map(str, lengths))[:24], r["tree_nodes"], f"{r['median_ms']:.4f}",
+                     f"{r['min_ms']:.4f}",
                      f"{r['rel_error']:.1e}", clock_range(r["sm_clock_mhz_after"])) for r in rows],
                    headers=["contender", "L", "T", "median ms", "min ms", "rel err", "SM MHz after"]))
     if args.out:

@@ -3,10 +3,10 @@
 For each context: the verify forward over a budget-sized bucket, timed as the decode loop runs it
 (CUDA-graph replay, events), then the same forward eager under torch.profiler (the kernels a graph
 replays are the ones the eager forward launches). Kernels are grouped into attention (the verify
-kernel and its combine), GEMMs (cuBLAS, or the split-K kernel with --gemm splitk), fused elementwise (Inductor's Triton kernels) and memory
-ops (index/copy/cat); the gap between the graph's time and the kernels' sum is what launches and
-dependencies between kernels cost inside the graph. The weight floor (weight bytes over the
-measured copy bandwidth) is printed beside the GEMM time.
+kernel and its combine), GEMMs (cuBLAS, or the split-K kernel with --gemm splitk), fused elementwise
+(Inductor's Triton kernels) and memory ops (index/copy/cat); the gap between the graph's time and the
+kernels' sum is what launches and dependencies between kernels cost inside the graph. The weight floor
+(weight bytes over the measured copy bandwidth) is printed beside the GEMM time.
 
 Usage (repository root): python scripts/profile_verify.py --preset k2-tp8 --context 4096,185000 \
     --budget 64 --variant auto --compile-layers [--out profile.json]
@@ -123,7 +123,8 @@ def main(argv=None) -> int:
         print(f"\ncontext {row['context']}, budget {row['budget']}, {row['variant']}: graph replay "
               f"{row['graph_replay_ms']:.2f} ms, kernels {row['kernel_sum_ms']:.2f} ms in "
               f"{row['kernels_per_forward']:.0f} launches; weight floor {floor.get('weights_ms', float('nan')):.2f} ms")
-        print(tabulate(sorted(((label, f"{v['ms']:.3f}", f"{v['kernels']:.0f}") for label, v in row["categories"].items()),
+        print(tabulate(sorted(((label, f"{v['ms']:.3f}", f"{v['kernels']:.0f}")
+                               for label, v in row["categories"].items()),
                               key=lambda r: -float(r[1])), headers=["category", "ms / forward", "kernels"]))
         print(tabulate([(k["name"][:70], f"{k['ms']:.3f}", f"{k['launches']:.0f}") for k in row["top_kernels"]],
                        headers=["kernel", "ms / forward", "launches"]))

@@ -49,7 +49,8 @@ def main() -> int:
     else:
         _, feasible, _ = feasible_space(target, progress=False)
         configs = [json.dumps(candidate.config, sort_keys=True) for candidate in feasible.values()]
-    print(f"{args.variant} on {args.arch}: compiling {len(configs)} feasible configs, {args.jobs} at a time", flush=True)
+    print(f"{args.variant} on {args.arch}: compiling {len(configs)} feasible configs, {args.jobs} at a time",
+          flush=True)
     import multiprocessing
 
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:

@@ -90,7 +90,8 @@ def check_pool_layout(name: str, pool: torch.Tensor) -> None:
     if not pool.is_contiguous() or pool.data_ptr() % ALIGN_BYTES:
         raise ValueError(
             f"{name}: expected a contiguous pool starting on a {ALIGN_BYTES}-byte boundary (pages are read in place "
-            f"as whole blocks), got strides {pool.stride()} at byte offset {pool.storage_offset() * pool.element_size()}")
+            f"as whole blocks), got strides {pool.stride()} at byte offset "
+            f"{pool.storage_offset() * pool.element_size()}")
 
 
 def check_arguments(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim,
@@ -166,7 +167,7 @@ def check_out(out, shape: ProblemShape) -> None:
     _expect_dtype("out", out, (shape.dtype,))
     _expect_device("out", out, shape.device)
     if any(stride == 0 and size > 1 for size, stride in zip(out.shape, out.stride())):
-        raise ValueError(f"out: expected a writable buffer whose elements do not overlap, got shape "
+        raise ValueError("out: expected a writable buffer whose elements do not overlap, got shape "
                          f"{tuple(out.shape)} with strides {out.stride()}")
 
 

@@ -61,7 +61,7 @@ OPTIONAL: dict[str, Any] = {
     "offline_arch_problem": lambda arch: None,        # (arch) -> why kernel_specs cannot compile for it
     "SOURCE": None,                                   # the CUDA source file of a CUDA variant (part of its hash)
     "tile_work": None,                                # (config) -> per-KV-tile work of one CTA, for the predictor
-    "smem_bytes": None,                               # (config) -> dynamic shared memory per CTA, checked before compiling
+    "smem_bytes": None,                               # (config) -> dynamic shared memory per CTA, checked first
 }
 
 

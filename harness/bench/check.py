@@ -85,7 +85,8 @@ def summary(results: list[CaseResult]) -> list[str]:
         mine = [r for r in results if r.variant == name]
         ran = [r for r in mine if r.status != "skip"]
         skipped = [r for r in mine if r.status == "skip"]
-        text = f"{name}: ran {len(ran)} ({sum(r.passed for r in ran)} passed, {sum(r.status == 'fail' for r in ran)} failed)"
+        passed, failed = sum(r.passed for r in ran), sum(r.status == "fail" for r in ran)
+        text = f"{name}: ran {len(ran)} ({passed} passed, {failed} failed)"
         if skipped:
             reasons = sorted({r.reason.split("does not support this problem: ", 1)[-1].split(". Variants that do")[0]
                               for r in skipped})

@@ -53,7 +53,8 @@ def cmd_check(args) -> int:
     if args.resume and Path(out).exists():
         done = recorded_jobs(read_records(out, "check", flag="--out"))
         left = [job for job in jobs if job_key(job[0], job[1].name, job[2], job[3]) not in done]
-        print(f"vk check: --resume: {len(jobs) - len(left)} cases already in {out}, {len(left)} to run", file=sys.stderr)
+        print(f"vk check: --resume: {len(jobs) - len(left)} cases already in {out}, {len(left)} to run",
+              file=sys.stderr)
         jobs = left
     results = run_check(jobs, device=device, progress=not args.no_progress, counters=args.counters,
                         on_result=lambda r: append_records(out, [make_record("check", r.as_record())]))
@@ -177,7 +178,8 @@ def add_commands(sub) -> None:
     check.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda if available")
     check.add_argument("--quick", action="store_true", help="the small CPU case matrix even on a GPU")
     check.add_argument("--cases", nargs="+", help="only these case names")
-    check.add_argument("--out", type=output_file, help="append JSONL records here (default: results/check/<gpu or cpu>.jsonl "
+    check.add_argument("--out", type=output_file,
+                       help="append JSONL records here (default: results/check/<gpu or cpu>.jsonl "
                                                 "in the current directory, or under $VK_RESULTS_DIR)")
     check.add_argument("--json", action="store_true", help="print records as JSON instead of a table")
     check.add_argument("--counters", action="store_true",
@@ -207,7 +209,8 @@ def add_commands(sub) -> None:
     bench.add_argument("--config", type=json_dict, action="append",
                        help='config overrides as JSON, e.g. \'{"BLOCK_M": 64}\'; repeat to sweep configs')
     bench.add_argument("--mode", choices=["events", "graph"], help="events (default) or CUDA-graph replay")
-    bench.add_argument("--rep-ms", type=float_at_least(0, strict=True), help="time budget of timed calls per point (default 200)")
+    bench.add_argument("--rep-ms", type=float_at_least(0, strict=True),
+                       help="time budget of timed calls per point (default 200)")
     bench.add_argument("--repeat", type=int_in(1), help="time each point this many times (agreement check)")
     bench.add_argument("--proxy-for", choices=known_arches(),
                        help="mark the records as a proxy run for this arch: configs that fit it, timed on this GPU")
@@ -217,7 +220,8 @@ def add_commands(sub) -> None:
                             "top stalls")
     bench.add_argument("--out", type=output_file, help="JSONL file (default results/bench/<gpu>.jsonl)")
     bench.add_argument("--resume", action="store_true",
-                       help="skip the points --out already holds a row for (a sweep cut short goes on where it stopped)")
+                       help="skip the points --out already holds a row for (a sweep cut short goes on where it "
+                            "stopped)")
     bench.add_argument("--no-progress", action="store_true")
     bench.set_defaults(func=cmd_bench)
 

@@ -28,7 +28,8 @@ def case_call(spec: dict):
     """The verify call of a check case (see ``harness.bench.cases.run_case``), as a no-argument callable."""
     case = Case(**{**spec["case"], "prefix_lens": tuple(spec["case"]["prefix_lens"])})
     problem = make_problem(list(case.prefix_lens), case.tree_nodes, case.heads, page_size=spec["page_size"],
-                           tree=case.tree, dtype=DTYPES[case.dtype], device="cuda", seed=case.seed, q_scale=case.q_scale)
+                           tree=case.tree, dtype=DTYPES[case.dtype], device="cuda", seed=case.seed,
+                           q_scale=case.q_scale)
     return lambda: verify_attention(*problem.arguments(), **problem.kwargs(), variant=spec["variant"],
                                     config=spec["config"] or None)
 

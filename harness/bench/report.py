@@ -69,8 +69,8 @@ def conditions(records: list[dict]) -> str:
     return (f"GPU {env.get('gpu')} ({env.get('sm_count')} SMs), driver {env.get('driver')}, CUDA {env.get('cuda')}, "
             f"torch {env.get('torch')}, triton {env.get('triton')}; source hash {', '.join(hashes)}. "
             f"Timing: {', '.join(modes)} mode, L2 flushed before every call, warm-up and repetitions sized by "
-            f"time, median (IQR in the records); each output checked against the float64 oracle before timing. "
-            f"Cells: median ms (% of the roofline floor max(bytes / copy BW, FLOPs / bf16 matmul rate)).")
+            "time, median (IQR in the records); each output checked against the float64 oracle before timing. "
+            "Cells: median ms (% of the roofline floor max(bytes / copy BW, FLOPs / bf16 matmul rate)).")
 
 
 def _number(value, digits: int = 1) -> str:
@@ -89,7 +89,8 @@ def counters_table(records: list[dict]) -> str | None:
         ok = found.get("status") == "ok"
         stalls = ", ".join(f"{reason} {cycles:.1f}" for reason, cycles in found.get("top_stalls", [])) if ok else \
             (found.get("reason", "-")[:60] if found else "-")
-        rows.append([_implementation(r), lengths_cell(shape_key(r)[1]), r["tree_nodes"], r["heads"], f"{r['median_ms']:.3f}",
+        rows.append([_implementation(r), lengths_cell(shape_key(r)[1]), r["tree_nodes"], r["heads"],
+                     f"{r['median_ms']:.3f}",
                      _number(r.get("pct_roofline")),
                      *(_number(found.get(k)) if ok else "-" for k in
                        ("tensor_pipe_pct", "dram_pct", "dram_gbps", "l2_hit_pct", "smem_pipe_pct", "occupancy_pct")),
@@ -124,7 +125,8 @@ def plot(records: list[dict], out_prefix: Path) -> list[Path]:
 
     panels = sorted({(r["tree_nodes"], r["heads"]) for r in records})
     written = []
-    metrics = [("median_ms", "latency (ms)", True, "latency"), ("pct_roofline", "% of roofline floor", False, "roofline")]
+    metrics = [("median_ms", "latency (ms)", True, "latency"),
+               ("pct_roofline", "% of roofline floor", False, "roofline")]
     if any(_tensor_pct(r) is not None for r in records):
         metrics.append((_tensor_pct, "tensor pipe active (% of cycles, ncu)", False, "tensor"))
     for metric, label, log_y, kind in metrics:

@@ -125,7 +125,8 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
                 repeats: int = 1) -> dict:
     """Check one point against the oracle's output, time it ``repeats`` times, return its payload."""
     implementation = "peer" if point.variant in peers.PEERS else "variant"
-    payload = {**asdict(point), "implementation": implementation, "config": dict(point.config), "mode": mode, "status": "ok",
+    payload = {**asdict(point), "implementation": implementation, "config": dict(point.config), "mode": mode,
+               "status": "ok",
                "reason": ""}
     try:
         call, payload["resolved_config"] = implementation_call(point, problem)

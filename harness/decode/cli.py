@@ -22,7 +22,8 @@ def cmd_decode(args) -> int:
     else:
         print(format_decode_table(records))
         if any(r.get("variant") == "reference" for r in records):
-            print("\nreference: no kernel ran; the float64 oracle (verify_kernels.reference_attention) did the attention")
+            print("\nreference: no kernel ran; the float64 oracle (verify_kernels.reference_attention) did the "
+                  "attention")
         if args.out:
             print(f"\nrecords appended to {args.out}")
     failed = [r for r in records if r.get("status") == "error"]
@@ -56,9 +57,12 @@ def cmd_tune_gemm(args) -> int:
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     decode = sub.add_parser("decode", help="DDTree decode loop on an MLA model: step phases, tokens/s, lossless check")
-    decode.add_argument("--preset", default="tiny", choices=["tiny", "k2-tp8"], help="tiny (CPU tests) or k2-tp8 (one GPU's slice of Kimi K2 at TP8)")
-    decode.add_argument("--context", type=prefix_lengths, default=[0], help="random latent rows before the prompt (list)")
-    decode.add_argument("--budget", type=int_list_in(1, 1024), default=[64], help="tree nodes per step, root included (list)")
+    decode.add_argument("--preset", default="tiny", choices=["tiny", "k2-tp8"],
+                        help="tiny (CPU tests) or k2-tp8 (one GPU's slice of Kimi K2 at TP8)")
+    decode.add_argument("--context", type=prefix_lengths, default=[0],
+                        help="random latent rows before the prompt (list)")
+    decode.add_argument("--budget", type=int_list_in(1, 1024), default=[64],
+                        help="tree nodes per step, root included (list)")
     decode.add_argument("--new-tokens", type=int_in(1), default=64, help="tokens to decode per run")
     decode.add_argument("--variants", "--variant", nargs="+",
                         help="attention variants (auto, triton_ps1, ...; reference = the float64 oracle, the CPU "
@@ -66,26 +70,31 @@ def add_commands(sub) -> None:
     decode.add_argument("--drafter", choices=["oracle", "ngram"], default="oracle",
                         help="oracle: follows the greedy run at a calibrated acceptance; ngram: the context's n-grams")
     decode.add_argument("--block-size", type=int_in(1), default=16, help="drafted positions per step")
-    decode.add_argument("--temperature", type=float_at_least(0), default=0.0, help="> 0 samples the target at each node")
+    decode.add_argument("--temperature", type=float_at_least(0), default=0.0,
+                        help="> 0 samples the target at each node")
     decode.add_argument("--check-lossless", action="store_true",
                         help="compare with plain greedy decoding (CPU float32: must be identical)")
     decode.add_argument("--batch-invariant-greedy", action="store_true",
                         help="also compare with greedy decoding whose forwards are padded to the budget (the verify's "
                              "GEMM shapes): separates bf16 shape noise from the tree's own effect")
-    decode.add_argument("--greedy-variant", help="variant of the greedy reference run (default: the last of --variants)")
+    decode.add_argument("--greedy-variant",
+                        help="variant of the greedy reference run (default: the last of --variants)")
     decode.add_argument("--prompt", type=int_list, help="prompt token ids (default: --prompt-len random ids)")
     decode.add_argument("--prompt-len", type=int_in(1), default=16, help="random prompt tokens (without --prompt)")
-    decode.add_argument("--page-size", type=int_in(1), default=64, help="KV pool page size (triton_ps1 always runs on 1)")
+    decode.add_argument("--page-size", type=int_in(1), default=64,
+                        help="KV pool page size (triton_ps1 always runs on 1)")
     decode.add_argument("--device", choices=["cpu", "cuda"])
     decode.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],
                         help="default: bfloat16 on the GPU, float32 on the CPU")
-    decode.add_argument("--weights", type=Path, help="a safetensors file in DeepSeek-V3 tensor names (default: random, --seed)")
+    decode.add_argument("--weights", type=Path,
+                        help="a safetensors file in DeepSeek-V3 tensor names (default: random, --seed)")
     decode.add_argument("--seed", type=seed, default=0)
     decode.add_argument("--no-graphs", action="store_true", help="eager verify forward instead of CUDA graphs")
     decode.add_argument("--compile-layers", action="store_true",
                         help="torch.compile each layer's two halves around attention (fuses norms, RoPE, SwiGLU)")
     decode.add_argument("--gemm", choices=["cublas", "splitk"], default="cublas",
-                        help="the layers' weight GEMMs: cuBLAS, or the split-K Triton kernel (harness/decode/splitk_linear.py)")
+                        help="the layers' weight GEMMs: cuBLAS, or the split-K Triton kernel "
+                             "(harness/decode/splitk_linear.py)")
     decode.add_argument("--gemm-table", type=Path, help="split-K configs (JSON from vk tune-gemm; default: "
                         "results/tuned/splitk-linear-SKU.json for this GPU if present, else built-in defaults)")
     decode.add_argument("--pdl", action="store_true",
@@ -118,16 +127,19 @@ def add_commands(sub) -> None:
 
     decode_report = sub.add_parser("decode-report", help="decode records -> markdown table and plots")
     decode_report.add_argument("records", type=Path, nargs="+", help="JSONL files written by vk decode --out")
-    decode_report.add_argument("--out-dir", type=output_dir, default=results_dir() / "decode", help="where the table and plots go")
+    decode_report.add_argument("--out-dir", type=output_dir, default=results_dir() / "decode",
+                               help="where the table and plots go")
     decode_report.add_argument("--name", default="decode", help="file-name stem of the table and plots")
     decode_report.set_defaults(func=cmd_decode_report)
 
     tune_gemm = sub.add_parser("tune-gemm", help="tune the decode model's split-K weight GEMMs beside cuBLAS (GPU)")
-    tune_gemm.add_argument("--preset", default="k2-tp8", choices=["tiny", "k2-tp8"], help="the model whose weight GEMMs are tuned")
+    tune_gemm.add_argument("--preset", default="k2-tp8", choices=["tiny", "k2-tp8"],
+                           help="the model whose weight GEMMs are tuned")
     tune_gemm.add_argument("--rows", type=int_list_in(1, 1024), default=[64, 1, 32],
                            help="row counts M (one per BLOCK_M), in order")
     tune_gemm.add_argument("--shapes", nargs="+", help="a subset of the weight GEMMs (default: all five)")
-    tune_gemm.add_argument("--table", type=output_file, required=True, help="winners JSON (read by vk decode --gemm-table)")
+    tune_gemm.add_argument("--table", type=output_file, required=True,
+                           help="winners JSON (read by vk decode --gemm-table)")
     tune_gemm.add_argument("--out", type=output_file, required=True, help="JSONL records, one per (shape, M)")
     tune_gemm.add_argument("--pdl", action="store_true",
                            help="tune the programmatic-dependent-launch build (what vk decode --pdl runs)")

@@ -51,7 +51,8 @@ class AcceptedCommit:
         cache = self.cache
         layers = cache.pool.shape[0]
         path = self._path[:self.budget]
-        commit_accepted(cache.pool.view(-1, cache.page_size, cache.pool.shape[-1]), cache.block_table + self._layer_offsets,
+        commit_accepted(cache.pool.view(-1, cache.page_size, cache.pool.shape[-1]),
+                        cache.block_table + self._layer_offsets,
                         cache.prefix_lens.expand(layers).contiguous(), path[None].expand(layers, -1),
                         self._path[self.budget:].expand(layers))
         return hidden.index_select(0, path.to(torch.int64))
@@ -92,7 +93,8 @@ class AcceptedCommit:
         returns their rows of ``hidden`` [T, hidden] (the verify's final hidden states). The caller
         then advances the prefix length by len(accepted)."""
         if not 1 <= len(accepted) <= self.budget or accepted[0] != 0:
-            raise ValueError(f"accepted: expected the root (0) and at most {self.budget - 1} more nodes, got {accepted}")
+            raise ValueError(f"accepted: expected the root (0) and at most {self.budget - 1} more nodes, got "
+                             f"{accepted}")
         if not self._path.is_cuda:
             self._upload(accepted)
             return self._commit(hidden)[:len(accepted)]
@@ -108,7 +110,8 @@ class AcceptedCommit:
         self._path.copy_(result[:self.budget + 1])
         return result
 
-    def warm_greedy(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor, *, advance_prefix: bool = False) -> None:
+    def warm_greedy(self, tree: tuple[torch.Tensor, ...], hidden: torch.Tensor, *,
+                    advance_prefix: bool = False) -> None:
         """Capture the greedy walk's graph and its commit's graph for the bucket's static inputs
         ``tree`` (tokens, parents, picks [T], tree_mask, count, with T = the budget) and ``hidden``.
         On the GPU the walk goes through torch.compile (a few fused kernels instead of about 40

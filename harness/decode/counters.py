@@ -1,9 +1,9 @@
 """``vk decode --counters``: the verify forward of one decode step under ncu, split by kernel class.
 
 The profiled step is never a timed one: ``step_argv`` starts ``python -m
-harness.decode.counters_target`` with the decode point's settings; that process builds the same model and cache (same seeds),
-captures the verify graph of the budget's bucket, replays it once to warm up, then once inside the
-NVTX range ncu profiles.
+harness.decode.counters_target`` with the decode point's settings; that process builds the same model
+and cache (same seeds), captures the verify graph of the budget's bucket, replays it once to warm up,
+then once inside the NVTX range ncu profiles.
 
 By default the graph is one profiled result (``ncu --graph-profiling graph``): tensor-pipe %,
 DRAM % and bytes over the whole verify forward, in a few replays of the step. ``by_kernel=True``

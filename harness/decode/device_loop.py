@@ -175,7 +175,8 @@ def ddtree_decode_on_device(runner: TargetRunner, history: list[int], new_tokens
         mark()
         runner.run(bucket)
         mark()
-        commit.queue_walk(greedy_walk_inputs(bucket), host, queued.read)  # read per step: the CPU forward makes new picks
+        # read per step: the CPU forward makes new picks
+        commit.queue_walk(greedy_walk_inputs(bucket), host, queued.read)
         step.root.copy_(commit.walk_result[budget + 1:budget + 2])  # the next step's root: the bonus
         mark()
         commit.queue_commit(bucket.hidden)

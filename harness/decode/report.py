@@ -61,7 +61,8 @@ def markdown(records: list[dict], title: str) -> str:
             floor = r["floor"]
             lines.append(f"- context {r['context']}, budget {r['budget']}, {r['variant']}{timing_suffix(r)}: floor "
                          f"{floor['step_ms']:.2f} ms (weights {floor['weights_ms']:.2f} + attention "
-                         f"{floor['attention_ms']:.2f}); step {r['median_step_ms']:.2f} ms = {r['step_over_floor']:.3f}x; "
+                         f"{floor['attention_ms']:.2f}); step {r['median_step_ms']:.2f} ms = "
+                         f"{r['step_over_floor']:.3f}x; "
                          f"attention {100 * r.get('attention_share', 0):.0f}% of the step")
     for key, steps in sorted(repeated_steps(ok).items()):
         context, budget, label = key
@@ -70,9 +71,10 @@ def markdown(records: list[dict], title: str) -> str:
     best = _best_budget(primary_runs(ok))
     for context, r in sorted(best.items()):
         lines.append(f"- best budget at context {context}: {r['budget']} ({r['tokens_per_s']:.1f} tokens/s; "
-                     f"runs that parted from their drafter's greedy reference left out)")
+                     "runs that parted from their drafter's greedy reference left out)")
     if ok:
-        lines += ["", f"Command: `{ok[0].get('command', '')}`", f"Environment: {ok[0].get('environment', {}).get('gpu', '')}"]
+        lines += ["", f"Command: `{ok[0].get('command', '')}`",
+                  f"Environment: {ok[0].get('environment', {}).get('gpu', '')}"]
     return "\n".join(lines) + "\n"
 
 

@@ -112,7 +112,8 @@ def decode_once(setup: DecodeSetup, *, variant: str, drafter_name: str, budget: 
     followed = greedy_batch_invariant if greedy_batch_invariant is not None else greedy
     reference = setup.history + followed.tokens if followed is not None else None
     drafter = make_drafter(drafter_name, reference=reference, vocab=setup.config.vocab, seed=seed)
-    with PowerSampler(device_index=setup.cache.pool.device.index) if setup.cache.pool.is_cuda else nullcontext() as power:
+    sampler = PowerSampler(device_index=setup.cache.pool.device.index) if setup.cache.pool.is_cuda else nullcontext()
+    with sampler as power:
         if draft_on == "device":
             run = ddtree_decode_on_device(runner, setup.history, new_tokens, drafter, budget=budget,
                                           block_size=block_size)
@@ -241,7 +242,7 @@ def run_matrix(args, command: str) -> list[dict]:
     repeats = range(args.repeats)
     draft_on = list(dict.fromkeys(args.draft_on))
     if "device" in draft_on and (args.temperature > 0 or args.drafter != "oracle"):
-        raise SystemExit(f"vk decode: --draft-on device: greedy decoding with the oracle drafter only, got "
+        raise SystemExit("vk decode: --draft-on device: greedy decoding with the oracle drafter only, got "
                          f"--temperature {args.temperature} --drafter {args.drafter}")
     # Device drafting is timed one way (overlapped: the host one step behind); its other timings are skipped.
     modes = [(t, d) for d in draft_on for t in timings if d == "host" or t == "overlapped"]
@@ -348,8 +349,10 @@ def format_decode_table(records: list[dict]) -> str:
             continue
         phases = r["mean_phase_ms"]
         rows.append((r["context"], _variant_label(r), r["budget"], f"{r['median_step_ms']:.2f}",
-                     f"{phases['verify']:.2f}", f"{r['attention_ms_per_step']:.2f}" if "attention_ms_per_step" in r else "-",
-                     f"{phases['draft'] + phases['tree'] + phases['mask']:.2f}", f"{phases['walk'] + phases['commit']:.2f}",
+                     f"{phases['verify']:.2f}",
+                     f"{r['attention_ms_per_step']:.2f}" if "attention_ms_per_step" in r else "-",
+                     f"{phases['draft'] + phases['tree'] + phases['mask']:.2f}",
+                     f"{phases['walk'] + phases['commit']:.2f}",
                      f"{r['mean_accepted']:.2f}", f"{r['tokens_per_s']:.1f}",
                      f"{r['step_over_floor']:.3f}x" if "step_over_floor" in r else "-", _match(r.get("lossless")))
                     + ((_match(r.get("lossless_batch_invariant")),) if padded else ()))

@@ -180,7 +180,8 @@ class TargetRunner:
         q = torch.empty(1, bucket_nodes, config.heads, config.latent_dim, dtype=cache.pool.dtype,
                         device=cache.pool.device)
         shape = contract.check_arguments(q, cache.layer(0), cache.block_table, cache.prefix_lens,
-                                         self._bucket(bucket_nodes).mask, sm_scale=config.sm_scale, v_dim=config.kv_lora)
+                                         self._bucket(bucket_nodes).mask, sm_scale=config.sm_scale,
+                                         v_dim=config.kv_lora)
         name, tuned = select_variant(self.attention, shape)
         return {"variant": name, "config": variants.resolve_config(name, variants.load_variant(name), tuned, shape)}
 

@@ -4,11 +4,11 @@ block, beside cuBLAS, on the GPU at hand.
 For each weight GEMM of the preset's layers (qkv_a, q_b, o_proj, gate_up, down: w [N, K]) and each
 row count M in --rows (one per BLOCK_M: 16, 32, 64): every tile config of the grid below x every
 split count that gives 0.5 to 8 CTAs per SM, each checked against float64 first (a config whose
-error exceeds 4x cuBLAS's fails the run once its shape is done), then timed by CUDA-graph replay (harness/measure/timing.py) with the weights cold:
-the graph cycles through copies of w that together exceed 3x the L2, as the decode streams every
-layer's weights once. (An L2 flush by memset leaves the L2 full of dirty lines whose write-back
-competes with a bandwidth-bound kernel: it understated these GEMMs by 20-30%.) cuBLAS (x @ w.T)
-is timed the same way in the same run.
+error exceeds 4x cuBLAS's fails the run once its shape is done), then timed by CUDA-graph replay
+(harness/measure/timing.py) with the weights cold: the graph cycles through copies of w that together
+exceed 3x the L2, as the decode streams every layer's weights once. (An L2 flush by memset leaves the L2
+full of dirty lines whose write-back competes with a bandwidth-bound kernel: it understated these GEMMs
+by 20-30%.) cuBLAS (x @ w.T) is timed the same way in the same run.
 
 Writes (appending each shape's record as it finishes, so a killed run keeps what it did):
 - --out JSONL: one record per (shape, M): every trial, cuBLAS, the winner, GB/s and % of the
@@ -136,19 +136,22 @@ def run(args) -> int:
     for name, M in jobs:
         N, K = shapes[name]
         row = tune_shape(name, N, K, M, sms, progress, args.pdl)
-        append_records(args.out, [make_record("splitk_tune", {"preset": args.preset, "kernel_source_hash": source_hash(),
+        append_records(args.out,
+                       [make_record("splitk_tune", {"preset": args.preset, "kernel_source_hash": source_hash(),
                                                               **row})])
         rows.append(row)
         winners.append({"name": name, "block_m": row["block_m"], "n": N, "k": K, "config": row["best"]["config"],
                         "median_ms": row["best"]["median_ms"], "cublas_ms": row["cublas_ms"], "m": M})
-        table = make_record("splitk_table", {"preset": args.preset, "kernel_source_hash": source_hash(), "pdl": args.pdl,
+        table = make_record("splitk_table",
+                            {"preset": args.preset, "kernel_source_hash": source_hash(), "pdl": args.pdl,
                                              "configs": winners})
         args.table.parent.mkdir(parents=True, exist_ok=True)
         args.table.write_text(json.dumps(table, indent=1, default=str) + "\n")
     progress.close()
     print(tabulate([(r["name"], r["m"], f"{r['n']}x{r['k']}", f"{r['cublas_ms'] * 1e3:.1f}",
                      f"{r['best']['median_ms'] * 1e3:.1f}", f"{r['cublas_ms'] / r['best']['median_ms']:.2f}x",
-                     f"{r.get('best_pct_of_copy', float('nan')):.0f}%", f"{r.get('cublas_pct_of_copy', float('nan')):.0f}%",
+                     f"{r.get('best_pct_of_copy', float('nan')):.0f}%",
+                     f"{r.get('cublas_pct_of_copy', float('nan')):.0f}%",
                      "{BLOCK_N}x{BLOCK_K} s{splits} w{num_warps} st{num_stages}".format(**r["best"]["config"]))
                     for r in rows],
                    headers=["gemm", "M", "N x K", "cuBLAS us", "split-K us", "speed-up", "split-K % copy BW",

@@ -56,7 +56,8 @@ def cmd_index(args) -> int:
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     ceilings = sub.add_parser("ceilings", help="measure (or show cached) copy bandwidth and matmul rate")
-    ceilings.add_argument("--remeasure", action="store_true", help="measure again even when this GPU's ceilings are cached")
+    ceilings.add_argument("--remeasure", action="store_true",
+                          help="measure again even when this GPU's ceilings are cached")
     ceilings.set_defaults(func=cmd_ceilings)
 
     env = sub.add_parser("env", help="print the environment a record carries")

@@ -64,7 +64,7 @@ def check_url(url: str) -> None:
         return
     if _scheme(url) not in DATABASE_SCHEMES:
         raise StorageError(f"storage {describe_url(url)!r}: expected an Optuna storage URL: sqlite:///file.db, "
-                           f"postgresql://user:password@host/db, mysql://... or journal:///file.log")
+                           "postgresql://user:password@host/db, mysql://... or journal:///file.log")
     if _scheme(url) == "sqlite" and not url.startswith("sqlite:///"):
         raise StorageError(f"storage {url!r}: expected sqlite:///relative/path.db or sqlite:////absolute/path.db")
 
@@ -115,7 +115,7 @@ def open_storage(url: str, *, must_exist: bool = False):
             return _rdb_storage(url, engine_kwargs)
         except ImportError as error:
             raise StorageError(f"storage {describe_url(url)!r}: no database driver for it ({_one_line(error)}): "
-                               f"pip install 'verify-kernels[postgres]' (PostgreSQL) or PyMySQL (MySQL)") from None
+                               "pip install 'verify-kernels[postgres]' (PostgreSQL) or PyMySQL (MySQL)") from None
         except Exception as error:  # sqlalchemy's errors: a bad URL, a refused connection, a schema race
             if _is_creation_race(error) and attempt + 1 < CREATE_ATTEMPTS:
                 time.sleep(0.2 * (attempt + 1))
@@ -131,7 +131,8 @@ def _rdb_storage(url: str, engine_kwargs: dict):
 
     import optuna
 
-    retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
+    retry = (getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
+             or optuna.storages.RetryFailedTrialCallback)
     argument = ("heartbeat_stale_trial_callback"
                 if "heartbeat_stale_trial_callback" in inspect.signature(optuna.storages.RDBStorage).parameters
                 else "failed_trial_callback")

@@ -90,7 +90,8 @@ class PowerSampler:
         if window is not None:
             samples = [sample for sample in samples if window[0] <= sample[0] <= window[1]]
         if not samples:
-            return {"status": "unavailable", "reason": self.reason or "no samples" + (" in the window" if window else "")}
+            return {"status": "unavailable",
+                    "reason": self.reason or "no samples" + (" in the window" if window else "")}
         _, watts, sm, memory = zip(*samples)
         out = {"status": "ok", "samples": len(samples), "interval_ms": self.interval_s * 1e3,
                "span_s": round(samples[-1][0] - samples[0][0], 4),

@@ -110,7 +110,8 @@ def measure_ceilings(copy_bytes: int = 4 << 30, matmul_size: int = 8192) -> tupl
     procedure = {
         "copy": f"device-to-device copy of {copy_bytes // 2} bytes, bytes read + written, median of "
                 f"{copy.reps} event-timed calls, L2 flushed (IQR {copy.iqr_ms:.4f} ms)",
-        "matmul": f"torch.matmul bf16 {matmul_size}^3 on random N(0,1) data, back to back, median of {matmul.reps} calls "
+        "matmul": f"torch.matmul bf16 {matmul_size}^3 on random N(0,1) data, back to back, median of {matmul.reps} "
+                  "calls "
                   f"(IQR {matmul.iqr_ms:.4f} ms)",
     }
     gpu = describe_environment()["gpu"]

@@ -56,7 +56,8 @@ def proxy_rows(points: list[dict], variant: str, arch_name: str, fitted_on: str,
     from harness.predict.report import MODEL_RESOLUTION
 
     params = load_params(variant, fitted_on)["params"]
-    blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key)) for key in {config_key(p["config"]) for p in points}}
+    blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key))
+              for key in {config_key(p["config"]) for p in points}}
     default = variants.defaults_for(variants.load_variant(variant), proxy_for)
     shipped_picks = shipped_predicted_picks(variant, proxy_for)
     rows = []
@@ -105,10 +106,12 @@ def write_proxy_validation(rows: list[dict], variant: str, proxy_for: str, fitte
             f"--check-proxy {proxy_for} --proxy-storage {storage}`.\n\n{table}\n\n"
             f"Spearman >= 0.8 at {spearman_ok} of {len(rows)} keys; the predicted pick within 10% of the measured "
             f"best at {pick_ok} of {len(rows)} ({100 * pick_ok / max(1, len(rows)):.0f}%; target 90%). The model "
-            f"ties its pick with other configs (within {100 * MODEL_RESOLUTION:.0f}%) at {tied} keys: there a proxy measurement "
+            f"ties its pick with other configs (within {100 * MODEL_RESOLUTION:.0f}%) at {tied} keys: there a proxy "
+            "measurement "
             f"of the ties decides (`vk tune --constrain-to` queues them first). The shipped predicted {proxy_for} "
             f"table's pick, measured here, against {proxy_for}'s default config: slower at "
-            f"{sum(x > 1.01 for x in shipped)} of {len(shipped)} keys it answers (worst {max(shipped, default=1):.2f}x).\n")
+            f"{sum(x > 1.01 for x in shipped)} of {len(shipped)} keys it answers (worst "
+            f"{max(shipped, default=1):.2f}x).\n")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     return text
@@ -142,7 +145,8 @@ def cmd_predict(args) -> int:
 
         points = measured_points(args.check, args.variant)
         if not points:
-            raise SystemExit(f"vk predict: --check: no ok records of {args.variant!r} in {[str(p) for p in args.check]}")
+            raise SystemExit(f"vk predict: --check: no ok records of {args.variant!r} in "
+                             f"{[str(p) for p in args.check]}")
         rows, overall = check_points(points, args.variant, args.arch, args.fitted_on)
         print(tabulate([(f"{r['prefix_len']:,}", r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
                          f"{r['predicted_best_vs_best']:.3f}", f"{r['median_abs_pct_error']:.1f}") for r in rows],
@@ -164,7 +168,8 @@ def cmd_predict(args) -> int:
             for heads in args.heads:
                 result = predict(args.variant, config, prefix_len=length, tree_nodes=nodes, heads=heads, arch=arch,
                                  blocks_per_sm=blocks, params=fitted["params"])
-                print(json.dumps({"arch": args.arch, "predicted": True, "fitted_on": args.fitted_on, "variant": args.variant,
+                print(json.dumps({"arch": args.arch, "predicted": True, "fitted_on": args.fitted_on,
+                                  "variant": args.variant,
                                   "config": config, "prefix_len": length, "tree_nodes": nodes, "heads": heads,
                                   **result.as_dict()}))
     return 0
@@ -256,13 +261,15 @@ def _predict_tables(args, params: dict, validation: list[dict], out_dir: Path) -
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     predict = sub.add_parser("predict", help="predicted time of a config on an arch (no GPU needed)")
-    predict.add_argument("--arch", default="sm_120", choices=known_arches(), help="an arch of the registry (verify_kernels/arches/)")
+    predict.add_argument("--arch", default="sm_120", choices=known_arches(),
+                         help="an arch of the registry (verify_kernels/arches/)")
     predict.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
     predict.add_argument("--config", type=json_dict, help="config overrides over the arch's default")
     predict.add_argument("--prefix", type=prefix_lengths, default=[131072], help="prefix lengths L")
     predict.add_argument("--tree", type=int_list_in(1, 1024), default=[64], help="tree sizes T")
     predict.add_argument("--heads", type=int_list_in(1, 128), default=[8], help="heads H")
-    predict.add_argument("--fitted-on", default="sm_90", choices=known_arches(), help="the arch whose measurements fitted the parameters")
+    predict.add_argument("--fitted-on", default="sm_90", choices=known_arches(),
+                         help="the arch whose measurements fitted the parameters")
     predict.add_argument("--check", type=Path, nargs="+", metavar="RECORDS",
                          help="bench JSONL files measured on --arch: report the predictor's error against them "
                               "(per shape: Spearman, predicted-best / best, median |%% error|) instead of predicting")
@@ -279,8 +286,10 @@ def add_commands(sub) -> None:
     fit.add_argument("--study", nargs="+", help="and/or vk tune studies' names (e.g. a tune's keys) in --storage")
     fit.add_argument("--storage", default=default_optuna_storage(), help="the Optuna storage of --study")
     fit.add_argument("--variant", default="cuda_ws", help="a variant that declares tile_work")
-    fit.add_argument("--fitted-on", default="sm_90", choices=known_arches(), help="the arch of the GPU that measured the records")
-    fit.add_argument("--predict-for", nargs="*", default=["sm_120"], choices=known_arches(), help="archs whose search space to predict")
+    fit.add_argument("--fitted-on", default="sm_90", choices=known_arches(),
+                     help="the arch of the GPU that measured the records")
+    fit.add_argument("--predict-for", nargs="*", default=["sm_120"], choices=known_arches(),
+                     help="archs whose search space to predict")
     fit.add_argument("--trials", type=int_in(1), default=400, help="Optuna trials of the fit")
     fit.add_argument("--shipped-params", action="store_true",
                      help="no fit: predict the --predict-for tables with the shipped parameters (harness/predict/"

@@ -108,7 +108,8 @@ def split_configs(points: list[dict]) -> tuple[set, set]:
 
 def predicted_ms(point: dict, variant: str, arch: Arch, blocks: dict, params: dict) -> float:
     """The prediction for a measured point, at the kv_splits the launch resolved."""
-    return predict(variant, point["config"], prefix_len=point["prefix_len"], tree_nodes=point["tree_nodes"], heads=point["heads"],
+    return predict(variant, point["config"], prefix_len=point["prefix_len"], tree_nodes=point["tree_nodes"],
+                   heads=point["heads"],
                    arch=arch, blocks_per_sm=blocks[config_key(point["config"])], params=params,
                    batch=point["batch"], page_size=point["page_size"], prefix_lens=point.get("prefix_lens")).time_ms
 
@@ -116,7 +117,8 @@ def predicted_ms(point: dict, variant: str, arch: Arch, blocks: dict, params: di
 def fit(points: list[dict], variant: str, arch: Arch, arch_name: str, train: set, trials: int = 400) -> dict:
     import optuna
 
-    blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key)) for key in {config_key(p["config"]) for p in points}}
+    blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key))
+              for key in {config_key(p["config"]) for p in points}}
     training = [p for p in points if config_key(p["config"]) in train and blocks[config_key(p["config"])] >= 1]
 
     module = variants.load_variant(variant)
@@ -171,5 +173,6 @@ def validate(points: list[dict], variant: str, arch: Arch, blocks: dict, params:
         rows.append({"prefix_len": key[0], "tree_nodes": key[1], "heads": key[2], "configs": len(group),
                      "spearman": spearman(predicted, measured),
                      "predicted_best_vs_best": measured[chosen] / min(measured),
-                     "median_abs_pct_error": float(np.median(np.abs(np.array(predicted) / np.array(measured) - 1)) * 100)})
+                     "median_abs_pct_error":
+                         float(np.median(np.abs(np.array(predicted) / np.array(measured) - 1)) * 100)})
     return rows

@@ -17,5 +17,6 @@ def load_params(variant: str, fitted_on: str) -> dict:
 
     path = params_path(variant, fitted_on)
     if not path.exists():
-        raise SystemExit(f"vk predict: no fitted parameters for {variant!r} on {fitted_on} ({path}); run vk predict-fit")
+        raise SystemExit(f"vk predict: no fitted parameters for {variant!r} on {fitted_on} ({path}); run vk "
+                         "predict-fit")
     return yaml.safe_load(path.read_text())

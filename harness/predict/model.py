@@ -63,8 +63,8 @@ def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, hea
     module = variants.load_variant(variant)
     tile_work = variants.optional(module, "tile_work")
     if tile_work is None:
-        raise ValueError(f"variant: {variant!r} declares no tile_work; the predictor covers "
-                         f"{[n for n in variants.VARIANTS if variants.optional(variants.load_variant(n), 'tile_work')]}")
+        covered = [n for n in variants.VARIANTS if variants.optional(variants.load_variant(n), "tile_work")]
+        raise ValueError(f"variant: {variant!r} declares no tile_work; the predictor covers {covered}")
     if blocks_per_sm < 1:
         raise ValueError(f"blocks_per_sm: the config cannot place a CTA on an SM of {arch.name} (got {blocks_per_sm})")
     work = tile_work(config)
@@ -97,8 +97,10 @@ def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, hea
     waves = math.ceil(ctas / (arch.sms * blocks_per_sm))
     warps = resident * work["warps"]
     latency = min(1.0, warps / params["saturating_warps"])
-    mma_cycles = resident * work["mma"] * 4096 / (arch.mma_sync_flop_per_clock_per_sm * params["tensor_efficiency"] * latency)
-    smem_cycles = resident * work["smem_bytes"] / (arch.smem_bytes_per_clock_per_sm * params["smem_efficiency"] * latency)
+    mma_rate = arch.mma_sync_flop_per_clock_per_sm * params["tensor_efficiency"] * latency
+    smem_rate = arch.smem_bytes_per_clock_per_sm * params["smem_efficiency"] * latency
+    mma_cycles = resident * work["mma"] * 4096 / mma_rate
+    smem_cycles = resident * work["smem_bytes"] / smem_rate
     round_cycles = max(mma_cycles, smem_cycles) + params["tile_overhead_cycles"] * work["barriers"]
     if work.get("copies_by_compute_warps"):  # the refill a compute warp issues itself stalls it
         round_cycles += params["copy_issue_cycles"] * work["copies_by_compute_warps"]

@@ -186,15 +186,18 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
     write_predicted_table(records, out_dir / f"predicted-{arch_name}.yaml")
     jsonl = out_dir / f"{variant}-{arch_name}-predicted.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
-    table = [(r["prefix_len"], r["tree_nodes"], r["heads"], f"{r['time_ms']:.3f}", f"{r['predicted_pct_of_spec_floor']:.0f}%",
-              r["bound"], r["blocks_per_sm"], r["waves"], r["kv_splits"], len(r.get("model_ties", {}).get("configs", [1])),
+    table = [(r["prefix_len"], r["tree_nodes"], r["heads"], f"{r['time_ms']:.3f}",
+              f"{r['predicted_pct_of_spec_floor']:.0f}%",
+              r["bound"], r["blocks_per_sm"], r["waves"], r["kv_splits"],
+              len(r.get("model_ties", {}).get("configs", [1])),
               ",".join(f"{k}={v}" for k, v in r["config"].items() if k not in ("MIN_BLOCKS",)))
              for r in records]
     path = out_dir / f"{variant}-{arch_name}-predicted.md"
     path.write_text(f"# {variant} on {arch.gpu} ({arch_name}): PREDICTED, not measured\n\n"
                     f"Parameters fitted on {fitted_on}; {len(feasible)} feasible configs of the {arch_name} space "
                     f"(static model); floor from the arch spec's rates ({arch.dram_tbps} TB/s, "
-                    f"{arch.mma_sync_flop_per_clock_per_sm * arch.sms * arch.clock_ghz / 1e3:.0f} TFLOP/s mma.sync).\n\n"
+                    f"{arch.mma_sync_flop_per_clock_per_sm * arch.sms * arch.clock_ghz / 1e3:.0f} TFLOP/s "
+                    "mma.sync).\n\n"
                     + tabulate(table, headers=["L", "T", "H", "predicted ms", "of floor", "bound", "CTAs/SM", "waves",
                                                "splits", f"tied (within {MODEL_RESOLUTION:.0%})", "best config"],
                                tablefmt="github") + "\n")

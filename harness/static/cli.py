@@ -44,15 +44,18 @@ def check_config_keys(names: list[str], archs: list[str], config: dict) -> None:
             known |= set(default_configs(name, arch))
     unknown = sorted(set(config) - known)
     if unknown:
-        raise SystemExit(f"vk static: --config: unknown keys {unknown} for {', '.join(names)}; expected {sorted(known)}")
+        raise SystemExit(f"vk static: --config: unknown keys {unknown} for {', '.join(names)}; expected "
+                         f"{sorted(known)}")
 
 
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     static = sub.add_parser("static", help="compile offline for an arch: registers, spills, smem, occupancy")
     static.add_argument("--variant", help="default: every variant with an offline compile path")
-    static.add_argument("--arch", nargs="+", default=["sm_120"], choices=known_arches(), help="target archs (verify_kernels/arches/)")
-    static.add_argument("--config", type=json_dict, action="append", help="configs to compile (default: the arch's default)")
+    static.add_argument("--arch", nargs="+", default=["sm_120"], choices=known_arches(),
+                        help="target archs (verify_kernels/arches/)")
+    static.add_argument("--config", type=json_dict, action="append",
+                        help="configs to compile (default: the arch's default)")
     static.add_argument("--space", action="store_true", help="the whole search space (search_spaces/*.yaml)")
     static.add_argument("--json", action="store_true")
     static.set_defaults(func=cmd_static)

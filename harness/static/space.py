@@ -70,7 +70,8 @@ class VariantOnArch:
     def tuned_space(self) -> dict:
         """The search space; a variant without one is refused, naming the file it lacks."""
         if self.space is None:
-            raise ValueError(f"variant: no search space for {self.name!r} (expected {SPACES_DIR / (self.name + '.yaml')})")
+            raise ValueError(f"variant: no search space for {self.name!r} (expected "
+                             f"{SPACES_DIR / (self.name + '.yaml')})")
         return self.space
 
 

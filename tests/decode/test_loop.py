@@ -97,7 +97,8 @@ def _gpu_ws_setup(*, max_new):
 def test_gpu_overlapped_timing_keeps_the_tokens_and_times_the_commit_on_the_gpu():
     setup, greedy = _gpu_ws_setup(max_new=48)
     runs = [decode_once(setup, variant="gluon_wgmma_ws", drafter_name="oracle", budget=32, new_tokens=24,
-                        block_size=16, temperature=0.0, seed=0, greedy=greedy, sync_phases=sync) for sync in (False, True)]
+                        block_size=16, temperature=0.0, seed=0, greedy=greedy, sync_phases=sync)
+            for sync in (False, True)]
     assert runs[0]["tokens"] == runs[1]["tokens"]
     assert all(s["wall_ms"] > 0 and s["phases_ms"]["commit"] > 0 for s in runs[0]["steps_detail"])
 

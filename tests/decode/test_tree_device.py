@@ -44,7 +44,8 @@ def _path_scores(tokens, parents, depths, count, top_tokens, top_logprobs):
     return sorted(scores, reverse=True)
 
 
-@pytest.mark.parametrize("depth, ranks, budget", [(3, 3, 10), (5, 4, 40), (16, 8, 64), (2, 5, 31), (4, 2, 64), (1, 1, 1)])
+@pytest.mark.parametrize("depth, ranks, budget",
+                         [(3, 3, 10), (5, 4, 40), (16, 8, 64), (2, 5, 31), (4, 2, 64), (1, 1, 1)])
 def test_device_tree_equals_the_heap_tree_without_ties(depth, ranks, budget):
     top_tokens, top_logprobs = _draft(depth, ranks, seed=depth * 100 + ranks + budget)
     host = build_tree(7, top_tokens, top_logprobs, budget)
@@ -132,6 +133,8 @@ def test_tree_kernel_writes_the_tensor_builders_ids(depth, ranks, budget, ties, 
 def test_tree_kernel_rejects_other_shapes():
     kernel = TreeKernel(2, 3, 8, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"expected \[2, 3\]"):
-        kernel(torch.tensor([1]), torch.zeros(3, 3, dtype=torch.int64), torch.zeros(3, 3), torch.empty(25, dtype=torch.int64))
+        kernel(torch.tensor([1]), torch.zeros(3, 3, dtype=torch.int64), torch.zeros(3, 3),
+               torch.empty(25, dtype=torch.int64))
     with pytest.raises(ValueError, match="out: expected"):
-        kernel(torch.tensor([1]), torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3), torch.empty(24, dtype=torch.int64))
+        kernel(torch.tensor([1]), torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3),
+               torch.empty(24, dtype=torch.int64))

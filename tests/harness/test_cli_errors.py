@@ -73,7 +73,8 @@ def test_every_subcommand_has_a_description_and_every_flag_help():
     parser = build_parser()
     (sub,) = [action for action in parser._actions if isinstance(action, type(parser._subparsers._group_actions[0]))]
     missing = {name: [a.option_strings[0] for a in command._actions
-                      if a.option_strings and a.dest != "help" and not (a.help or "").strip() and a.help != "==SUPPRESS=="]
+                      if a.option_strings and a.dest != "help" and not (a.help or "").strip()
+                      and a.help != "==SUPPRESS=="]
                for name, command in sub.choices.items()}
     assert not {name: flags for name, flags in missing.items() if flags}
     assert all(command.description for command in sub.choices.values())

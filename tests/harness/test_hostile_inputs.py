@@ -77,7 +77,8 @@ CASES = [
     (("decode-report", "missing.jsonl"), "no such file"),
     (("predict", "--check", "empty.jsonl"), "empty.jsonl"),
     (("predict", "--check", "truncated.jsonl"), "truncated.jsonl:2"),
-    (("predict", "--arch", "sm_90", "--check-proxy", "sm_120", "--proxy-storage", "sqlite:///missing.db"), "no such file"),
+    (("predict", "--arch", "sm_90", "--check-proxy", "sm_120", "--proxy-storage", "sqlite:///missing.db"),
+     "no such file"),
     (("predict-fit", "--records", "truncated.jsonl"), "truncated.jsonl:2"),
     (("predict-fit", "--records", "decode.jsonl"), "expected bench records"),
     # tables: not YAML, empty, another type, not winner records, not measurements
@@ -149,7 +150,8 @@ CASES = [
     (("static", "--variant", "no_such_variant"), "--variant"),
 ]
 if not HAS_CUDA:
-    CASES += [(("decode", "--preset", "k2-tp8", "--device", "cpu"), "GiB"), (("decode", "--device", "cuda"), "--device"),
+    CASES += [(("decode", "--preset", "k2-tp8", "--device", "cpu"), "GiB"),
+              (("decode", "--device", "cuda"), "--device"),
               (("ceilings",), "needs a CUDA GPU"), (("check", "--device", "cuda"), "--device")]
 
 

@@ -80,7 +80,8 @@ def test_what_a_variant_runs_follows_the_records_features(monkeypatch, capabilit
     _fake_gpu(monkeypatch, capability)
     shape = ProblemShape(batch=1, tree_nodes=4, heads=2, head_dim=576, v_dim=512, page_size=64, num_pages=4,
                          max_pages=2, dtype=torch.bfloat16, device=torch.device("cuda", 0))
-    reason = arch.missing_feature(shape, {"cuda_ws": "bulk_copy", "cuda_qreg": "bulk_copy", "cuda_coalesced": "mma_sync"}
+    reason = arch.missing_feature(shape,
+                                  {"cuda_ws": "bulk_copy", "cuda_qreg": "bulk_copy", "cuda_coalesced": "mma_sync"}
                                   .get(variant, "wgmma"), "it")
     assert (reason is None) == runs, reason
     if not runs:

@@ -27,26 +27,41 @@ def _call(problem, **changes):
 
 SHAPE_AND_TYPE_ERRORS = [
     pytest.param(dict(q="not a tensor"), TypeError, r"q: expected a torch.Tensor, got str", id="q_type"),
-    pytest.param(dict(q=lambda p: p.q.float()), TypeError, r"q: expected dtype torch.bfloat16 or torch.float16, got torch.float32", id="q_dtype"),
-    pytest.param(dict(q=lambda p: p.q[0]), ValueError, r"q: expected 4 dimensions .* got shape \(9, 2, 576\)", id="q_dims"),
+    pytest.param(dict(q=lambda p: p.q.float()), TypeError,
+                 r"q: expected dtype torch.bfloat16 or torch.float16, got torch.float32", id="q_dtype"),
+    pytest.param(dict(q=lambda p: p.q[0]), ValueError, r"q: expected 4 dimensions .* got shape \(9, 2, 576\)",
+                 id="q_dims"),
     pytest.param(dict(q=lambda p: p.q[:0]), ValueError, r"q: expected at least one request", id="q_empty_batch"),
-    pytest.param(dict(q=lambda p: p.q.half()), TypeError, r"kv_cache: expected dtype torch.float16, got torch.bfloat16", id="kv_dtype_mismatch"),
-    pytest.param(dict(kv_cache=lambda p: p.kv_cache[..., :512].contiguous()), ValueError, r"kv_cache: expected last dimension Dqk = 576 \(as q\), got 512", id="kv_dim"),
-    pytest.param(dict(kv_cache=lambda p: p.kv_cache.to("meta")), ValueError, r"kv_cache: expected device \S+ \(the device of q\), got meta", id="kv_device"),
+    pytest.param(dict(q=lambda p: p.q.half()), TypeError,
+                 r"kv_cache: expected dtype torch.float16, got torch.bfloat16", id="kv_dtype_mismatch"),
+    pytest.param(dict(kv_cache=lambda p: p.kv_cache[..., :512].contiguous()), ValueError,
+                 r"kv_cache: expected last dimension Dqk = 576 \(as q\), got 512", id="kv_dim"),
+    pytest.param(dict(kv_cache=lambda p: p.kv_cache.to("meta")), ValueError,
+                 r"kv_cache: expected device \S+ \(the device of q\), got meta", id="kv_device"),
     pytest.param(dict(kv_cache=lambda p: p.kv_cache[0]), ValueError, r"kv_cache: expected 3 dimensions", id="kv_dims"),
-    pytest.param(dict(block_table=lambda p: p.block_table.long()), TypeError, r"block_table: expected dtype torch.int32, got torch.int64", id="table_dtype"),
-    pytest.param(dict(block_table=lambda p: p.block_table[:1]), ValueError, r"block_table: expected 2 rows", id="table_rows"),
-    pytest.param(dict(prefix_lens=lambda p: p.prefix_lens[:1]), ValueError, r"prefix_lens: expected shape \(2,\) \[B\], got \(1,\)", id="lens_shape"),
-    pytest.param(dict(prefix_lens=lambda p: p.prefix_lens.long()), TypeError, r"prefix_lens: expected dtype torch.int32", id="lens_dtype"),
-    pytest.param(dict(tree_mask=lambda p: p.tree_mask[:, :8]), ValueError, r"tree_mask: expected shape \(2, 9, 1\)", id="mask_shape"),
-    pytest.param(dict(tree_mask=lambda p: p.tree_mask.to("meta")), ValueError, r"tree_mask: expected device \S+ \(the device of q\), got meta", id="mask_device"),
-    pytest.param(dict(sm_scale=-1.0), ValueError, r"sm_scale: expected a positive finite float, got -1.0", id="scale_negative"),
-    pytest.param(dict(sm_scale=float("nan")), ValueError, r"sm_scale: expected a positive finite float", id="scale_nan"),
+    pytest.param(dict(block_table=lambda p: p.block_table.long()), TypeError,
+                 r"block_table: expected dtype torch.int32, got torch.int64", id="table_dtype"),
+    pytest.param(dict(block_table=lambda p: p.block_table[:1]), ValueError, r"block_table: expected 2 rows",
+                 id="table_rows"),
+    pytest.param(dict(prefix_lens=lambda p: p.prefix_lens[:1]), ValueError,
+                 r"prefix_lens: expected shape \(2,\) \[B\], got \(1,\)", id="lens_shape"),
+    pytest.param(dict(prefix_lens=lambda p: p.prefix_lens.long()), TypeError,
+                 r"prefix_lens: expected dtype torch.int32", id="lens_dtype"),
+    pytest.param(dict(tree_mask=lambda p: p.tree_mask[:, :8]), ValueError, r"tree_mask: expected shape \(2, 9, 1\)",
+                 id="mask_shape"),
+    pytest.param(dict(tree_mask=lambda p: p.tree_mask.to("meta")), ValueError,
+                 r"tree_mask: expected device \S+ \(the device of q\), got meta", id="mask_device"),
+    pytest.param(dict(sm_scale=-1.0), ValueError, r"sm_scale: expected a positive finite float, got -1.0",
+                 id="scale_negative"),
+    pytest.param(dict(sm_scale=float("nan")), ValueError, r"sm_scale: expected a positive finite float",
+                 id="scale_nan"),
     pytest.param(dict(sm_scale="0.1"), TypeError, r"sm_scale: expected a float, got str", id="scale_type"),
     pytest.param(dict(v_dim=600), ValueError, r"v_dim: expected 1 <= v_dim <= Dqk = 576, got 600", id="v_dim_range"),
     pytest.param(dict(v_dim=512.0), TypeError, r"v_dim: expected an int, got float", id="v_dim_type"),
-    pytest.param(dict(out=lambda p: torch.empty(2, 9, 2, 576, dtype=torch.bfloat16, device=DEVICE)), ValueError, r"out: expected shape \(2, 9, 2, 512\)", id="out_shape"),
-    pytest.param(dict(out=lambda p: torch.empty(2, 9, 2, 512, dtype=torch.float32, device=DEVICE)), TypeError, r"out: expected dtype torch.bfloat16, got torch.float32", id="out_dtype"),
+    pytest.param(dict(out=lambda p: torch.empty(2, 9, 2, 576, dtype=torch.bfloat16, device=DEVICE)), ValueError,
+                 r"out: expected shape \(2, 9, 2, 512\)", id="out_shape"),
+    pytest.param(dict(out=lambda p: torch.empty(2, 9, 2, 512, dtype=torch.float32, device=DEVICE)), TypeError,
+                 r"out: expected dtype torch.bfloat16, got torch.float32", id="out_dtype"),
 ]
 
 
@@ -89,7 +104,8 @@ VALUE_ERRORS = [
     pytest.param(lambda p: dict(prefix_lens=_with_value(p.prefix_lens, 1, -1)),
                  r"prefix_lens: expected non-negative lengths, got -1 for request 1", id="negative_prefix"),
     pytest.param(lambda p: dict(prefix_lens=_with_value(p.prefix_lens, 0, 1000)),
-                 r"block_table: request 0 needs prefix_len \+ T = 1009 positions, but its \d+ pages x page_size 16 hold \d+",
+                 r"block_table: request 0 needs prefix_len \+ T = 1009 positions, but its \d+ pages x page_size 16 "
+                 r"hold \d+",
                  id="capacity"),
     pytest.param(lambda p: dict(tree_mask=_with_value(p.tree_mask, (1, 4, 0), 0)),
                  r"tree_mask: malformed ancestor bitmask: tree 1 row 4: its own bit 4 is not set", id="mask_own_bit"),
@@ -119,13 +135,15 @@ def test_validate_false_skips_value_checks(problem):
 
 
 def test_unknown_variant_lists_the_registered_ones(problem):
-    with pytest.raises(ValueError, match=r"variant: unknown variant 'flash'; expected one of \[.*'triton_ps1'.*\] or 'auto'"):
+    with pytest.raises(ValueError,
+                       match=r"variant: unknown variant 'flash'; expected one of \[.*'triton_ps1'.*\] or 'auto'"):
         _call(problem, variant="flash")
 
 
 def test_explicit_variant_never_falls_back(problem):
     """triton_ps1 runs page_size 1 only: asked for a paged pool it raises, naming the reason."""
-    with pytest.raises(UnsupportedProblemError, match=r"variant 'triton_ps1' does not support this problem: page_size must be 1"):
+    with pytest.raises(UnsupportedProblemError,
+                       match=r"variant 'triton_ps1' does not support this problem: page_size must be 1"):
         _call(problem, variant="triton_ps1")
 
 

@@ -208,8 +208,10 @@ def test_the_sglang_adapter_takes_any_layout(data, seed):
 
     problem = make_problem([21, 0, 40], 6, 2, page_size=1, device="cpu", seed=seed)
     arguments = _sglang_arguments(problem)
-    drawn = {name: relayout(tensor, data.draw(layouts(tensor.dim()), label=name),
-                            float("nan") if tensor.is_floating_point() else (True if tensor.dtype == torch.bool else -7))
+    def poison(tensor):
+        return float("nan") if tensor.is_floating_point() else (True if tensor.dtype == torch.bool else -7)
+
+    drawn = {name: relayout(tensor, data.draw(layouts(tensor.dim()), label=name), poison(tensor))
              for name, tensor in arguments.items()}
     if not _pool_is_honoured(drawn["k_buffer"]):
         with pytest.raises(ValueError, match="^k_buffer: expected a contiguous pool"):

@@ -39,15 +39,18 @@ def from_extend_attention(q_extend: torch.Tensor, k_buffer: torch.Tensor, qo_ind
     """SGLang's extend-kernel arguments (above) -> the contract's, on the same page_size=1 pool."""
     if q_extend.dim() != 3 or q_extend.shape[-1] != HEAD_DIM:
         raise ValueError(f"q_extend: expected [tokens, heads, {HEAD_DIM}], got {tuple(q_extend.shape)}")
-    if k_buffer.dim() not in (2, 3) or k_buffer.shape[-1] != HEAD_DIM or (k_buffer.dim() == 3 and k_buffer.shape[1] != 1):
+    if k_buffer.dim() not in (2,
+                              3) or k_buffer.shape[-1] != HEAD_DIM or (k_buffer.dim() == 3 and k_buffer.shape[1] != 1):
         raise ValueError(f"k_buffer: expected the MLA latent pool [slots, 1, {HEAD_DIM}], got {tuple(k_buffer.shape)}")
     contract.check_pool_layout("k_buffer", k_buffer)  # the problem shares the pool, never copies it
     tree_sizes = (qo_indptr[1:] - qo_indptr[:-1]).tolist()
     prefix_lens = (kv_indptr[1:] - kv_indptr[:-1]).tolist()
     if len(set(tree_sizes)) != 1 or tree_sizes[0] < 1:
-        raise ValueError(f"qo_indptr: every request must verify the same number of tree tokens (>= 1), got {tree_sizes}")
+        raise ValueError("qo_indptr: every request must verify the same number of tree tokens (>= 1), got "
+                         f"{tree_sizes}")
     if len(prefix_lens) != len(tree_sizes):
-        raise ValueError(f"kv_indptr: expected {len(tree_sizes) + 1} entries like qo_indptr, got {len(prefix_lens) + 1}")
+        raise ValueError(f"kv_indptr: expected {len(tree_sizes) + 1} entries like qo_indptr, got "
+                         f"{len(prefix_lens) + 1}")
     if q_extend.shape[0] != sum(tree_sizes) or out_cache_loc.shape[0] != sum(tree_sizes):
         raise ValueError(f"q_extend / out_cache_loc: expected {sum(tree_sizes)} tree tokens (qo_indptr[-1]), got "
                          f"{q_extend.shape[0]} / {out_cache_loc.shape[0]}")
@@ -74,7 +77,8 @@ def from_extend_attention(q_extend: torch.Tensor, k_buffer: torch.Tensor, qo_ind
     problems = trees.tree_mask_problems(tree_mask)
     if problems:
         raise ValueError("custom_mask: a tree token's row is not an ancestor set: "
-                         + "; ".join(p.replace("tree ", "request ").replace("row ", "tree token ") for p in problems[:3]))
+                         + "; ".join(p.replace("tree ", "request ").replace("row ",
+                                                                            "tree token ") for p in problems[:3]))
     if (block_table.to(torch.int64) >= k_buffer.shape[0]).any() or (block_table < 0).any():
         raise ValueError(f"kv_indices / out_cache_loc: slots must lie in the pool [0, {k_buffer.shape[0]})")
     return VerifyProblem(

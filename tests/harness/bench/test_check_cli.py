@@ -91,7 +91,8 @@ def test_check_keeps_each_record_and_resumes(monkeypatch, tmp_path, capsys):
             "--no-progress", "--out", str(out)]
     resumed = False
     assert cli.main(argv) == 130
-    assert [(r["case"], r["page_size"]) for r in records.read_records(out)] == ran == [("prefix_0", 16), ("page_edge", 16)]
+    assert [(r["case"], r["page_size"]) for r in records.read_records(out)] == ran == [("prefix_0", 16),
+                                                                                       ("page_edge", 16)]
     resumed, ran[:] = True, []
     assert cli.main([*argv, "--resume"]) == 0
     assert ran == [("prefix_0", 64), ("page_edge", 64)]

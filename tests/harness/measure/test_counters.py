@@ -69,7 +69,8 @@ def test_profile_drops_a_metric_the_gpu_lacks_and_retries_once():
     run, calls = _fake_run([(1, "", f'==ERROR== Failed to find metric "{lacking}"'), (0, SAMPLE.read_text(), "")])
     row = counters.profile(["python3", "target.py"], ncu="ncu", run=run)
     assert row["status"] == "ok" and row["metrics_missing"] == [lacking]
-    assert lacking in calls[0][calls[0].index("--metrics") + 1] and lacking not in calls[1][calls[1].index("--metrics") + 1]
+    first, second = (call[call.index("--metrics") + 1] for call in calls[:2])
+    assert lacking in first and lacking not in second
     assert calls[1][:9] == ["ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", "vk_counters/", "--csv",
                             "--page", "raw"] and calls[1][-2:] == ["python3", "target.py"]
 

@@ -17,7 +17,8 @@ def test_roofline_arithmetic_matches_design_formulas():
     assert ceilings.floor_ms(work) == pytest.approx(work.flops / 700e12 * 1e3)
     result = roofline.metrics(work, median_ms=2 * ceilings.floor_ms(work), ceilings=ceilings)
     assert result["pct_roofline"] == pytest.approx(50.0)
-    assert result["pct_roofline_mma_sync"] == pytest.approx(100 * (work.flops / 500e12 * 1e3) / (2 * ceilings.floor_ms(work)))
+    mma_floor_ms = work.flops / 500e12 * 1e3
+    assert result["pct_roofline_mma_sync"] == pytest.approx(100 * mma_floor_ms / (2 * ceilings.floor_ms(work)))
     small = roofline.verify_work([131072], 16, 1)  # R = 16: memory-bound
     assert ceilings.floor_ms(small) == pytest.approx(small.bytes_moved / 4.25e12 * 1e3)
     # DESIGN.md: ~0.21 ms floor at L = 131072, T = 64, H = 8 on an H200.

@@ -67,7 +67,8 @@ def test_sm120_rejects_configs_over_99kb():
 
 def test_smem_arithmetic():
     # Q 32 x 584 + 2 stages x 16 x 584 + P 32 x 24 halves, plus 2 x 2 x 32 floats.
-    assert cuda_coalesced.smem_bytes(cuda_coalesced.DEFAULT_CONFIGS["sm_120"]) == 2 * (32 * 584 + 2 * 16 * 584 + 32 * 24) + 512
+    expected = 2 * (32 * 584 + 2 * 16 * 584 + 32 * 24) + 512
+    assert cuda_coalesced.smem_bytes(cuda_coalesced.DEFAULT_CONFIGS["sm_120"]) == expected
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -88,6 +89,7 @@ def test_cpu_tensors_are_a_clear_unsupported_reason():
     from verify_kernels import UnsupportedProblemError, make_problem, verify_attention
 
     problem = make_problem([20], 4, 2, page_size=16)
-    with pytest.raises(UnsupportedProblemError, match="variant 'cuda_coalesced' does not support this problem: needs a CUDA device"):
+    with pytest.raises(UnsupportedProblemError,
+                       match="variant 'cuda_coalesced' does not support this problem: needs a CUDA device"):
         verify_attention(*problem.arguments(), **problem.kwargs(), variant="cuda_coalesced")
     assert torch.isnan(problem.kv_cache).any()

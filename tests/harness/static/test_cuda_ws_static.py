@@ -68,5 +68,6 @@ def test_cpu_tensors_are_a_clear_unsupported_reason():
     from verify_kernels import UnsupportedProblemError, make_problem, verify_attention
 
     problem = make_problem([20], 4, 2, page_size=16)
-    with pytest.raises(UnsupportedProblemError, match="variant 'cuda_ws' does not support this problem: needs a CUDA device"):
+    with pytest.raises(UnsupportedProblemError,
+                       match="variant 'cuda_ws' does not support this problem: needs a CUDA device"):
         verify_attention(*problem.arguments(), **problem.kwargs(), variant="cuda_ws")

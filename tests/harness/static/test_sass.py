@@ -43,7 +43,8 @@ def test_gluon_wgmma_ws_default_keeps_its_tile_loops_free_of_spills(batch):
     (and, from Triton 3.9, the reductions a Gluon kernel calls) cannot be compiled."""
     code = ("import dataclasses, json; from harness.static.sass import triton_sass, spills_in_tile_loops; "
             "from verify_kernels import gluon_wgmma_ws as v; (spec,) = v.kernel_specs(v.DEFAULT_CONFIG); "
-            f"spec = dataclasses.replace(spec, constexprs={{**spec.constexprs, 'B_POW2': {1 << (batch - 1).bit_length()}}}, "
+            "spec = dataclasses.replace(spec, "
+            f"constexprs={{**spec.constexprs, 'B_POW2': {1 << (batch - 1).bit_length()}}}, "
             f"int_values={{**spec.int_values, 'B': {batch}}}); "
             "listing = triton_sass(spec, 'sm_90'); "
             "print(json.dumps(['HGMMA' in listing, spills_in_tile_loops(listing)]))")
