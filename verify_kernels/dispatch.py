@@ -57,12 +57,14 @@ def load_tuned(sku: str, directory: str) -> dict:
     return yaml.safe_load(path.read_text()) or {}
 
 
-def key_distance(record: dict, bucket: int, tree_nodes: int, heads: int, page_size: int, batch: int = 1) -> float:
-    """How far a record's key is from the wanted one: the sum of |log2| ratios of L bucket, T, H, page
-    size and batch size (a ragged batch's record, ``vk tune --ragged``; others are one request)
-    (0: the same key)."""
-    wanted = (bucket, tree_nodes, heads, page_size, batch)
-    found = (record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"], record.get("batch", 1))
+def record_key(record: dict) -> tuple[int, int, int, int, int]:
+    """A record's key: (L bucket, T, H, page size, batch size); the batch is a ragged batch's record's
+    (``vk tune --ragged``), every other record is one request."""
+    return record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"], record.get("batch", 1)
+
+
+def log_distance(found: tuple, wanted: tuple) -> float:
+    """How far a key is from the wanted one: the sum of |log2| ratios of its fields (0: the same key)."""
     return sum(abs(math.log2(a / b)) for a, b in zip(found, wanted))
 
 
@@ -83,16 +85,10 @@ def nearest_winner(table: dict, bucket: int, tree_nodes: int, heads: int, page_s
     if not records:
         return None
 
-    fields = ("l_bucket", "tree_nodes", "heads", "page_size", "batch")
-
-    def key(record: dict) -> tuple:
-        return record["l_bucket"], record["tree_nodes"], record["heads"], record["page_size"], record.get("batch", 1)
-
+    wanted = (bucket, tree_nodes, heads, page_size, batch)
     # The nearest key; between equally near ones the larger (times of different keys never compete).
-    nearest = min({key(r) for r in records},
-                  key=lambda k: (key_distance(dict(zip(fields, k)), bucket, tree_nodes, heads, page_size, batch),
-                                 tuple(-v for v in k)))
-    at_key = [r for r in records if key(r) == nearest]
+    nearest = min({record_key(r) for r in records}, key=lambda k: (log_distance(k, wanted), tuple(-v for v in k)))
+    at_key = [r for r in records if record_key(r) == nearest]
     # Nor do times of different timing modes (events include launch gaps that graph replay hides): where
     # a key has both, its graph-replay records.
     modes = {timing_mode(r) for r in at_key}
@@ -100,7 +96,7 @@ def nearest_winner(table: dict, bucket: int, tree_nodes: int, heads: int, page_s
         mode = next(m for m in TIMING_PREFERENCE if m in modes)
         at_key = [r for r in at_key if timing_mode(r) == mode]
     best = min(at_key, key=lambda r: r[time_key])
-    return best, key_distance(best, bucket, tree_nodes, heads, page_size, batch)
+    return best, log_distance(record_key(best), wanted)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import warnings
 from dataclasses import asdict, dataclass
@@ -36,7 +35,7 @@ from harness.static.space import candidates as search_candidates
 from harness.measure.optuna_storage import open_storage, reap_interrupted, requeue, worker_identity
 from harness.tune.trial_process import TrialProcess
 from verify_kernels.variants import VARIANTS
-from verify_kernels.dispatch import SHIPPED_TUNED_DIR
+from verify_kernels.dispatch import SHIPPED_TUNED_DIR, log_distance, record_key
 
 TUNED_DIR = results_dir() / "tuned"
 DEFAULT_STORAGE = default_optuna_storage()
@@ -345,14 +344,12 @@ def neighbour_winners(path: Path, key: TuneKey) -> list[dict]:
     wanted = (key.variant, key.tree_nodes, key.heads, key.page_size, key.dtype)
     fields = ("variant", "tree_nodes", "heads", "page_size", "dtype")
 
-    def distance(w: dict) -> float:
-        return abs(math.log2(w["l_bucket"] / key.l_bucket)) + abs(math.log2(w.get("batch", 1) / key.batch))
-
     same = [w for w in read_yaml_mapping(path, "--winners", allow_empty=True).values()
             if isinstance(w, dict) and tuple(w.get(f) for f in fields) == wanted and "config" in w
-            and w.get("l_bucket") and w.get("study") != key.study_name
+            and w.get("l_bucket")
             and (w["l_bucket"], list(w.get("prefix_lens") or ())) != (key.l_bucket, list(key.prefix_lens))]
-    same.sort(key=distance)
+    wanted = (key.l_bucket, key.tree_nodes, key.heads, key.page_size, key.batch)
+    same.sort(key=lambda w: log_distance(record_key(w), wanted))
     return [w["config"] for w in same[:1]]
 
 
