@@ -7,36 +7,35 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from verify_kernels.arch import known_arches, load_arch
-
 from harness.arguments import int_in, int_list_in, json_dict, prefix_lengths
-from harness.measure.inputs import InputError, check_output_dir, check_source_checkout
-from harness.measure.paths import default_optuna_storage
-from harness.predict.fitted import PARAMS_DIR, load_params, params_path
 from harness.measure.environment import git_commit
-from harness.measure.paths import results_dir
+from harness.measure.inputs import InputError, check_output_dir, check_source_checkout
+from harness.measure.paths import default_optuna_storage, results_dir
+from harness.predict.fitted import PARAMS_DIR, load_params, params_path
+from harness.static.space import VariantOnArch, resolve
 from verify_kernels import variants
+from verify_kernels.arch import known_arches
 from verify_kernels.dispatch import SHIPPED_TUNED_DIR, l_bucket, load_tuned
 
 
-def check_points(points: list[dict], variant: str, arch_name: str, fitted_on: str) -> tuple[list[dict], dict]:
-    """Measured ``points`` of ``variant`` against their prediction on ``arch_name`` with the
-    parameters fitted on ``fitted_on``: per shape key (as vk predict-fit validates held-out configs,
-    here over all configs) and overall (points, median and worst |% error|, Spearman over all)."""
+def check_points(points: list[dict], target: VariantOnArch, fitted_on: str) -> tuple[list[dict], dict]:
+    """Measured ``points`` of ``target`` (the variant resolved on the arch that measured them) against
+    their prediction with the parameters fitted on ``fitted_on``: per shape key (as vk predict-fit
+    validates held-out configs, here over all configs) and overall (points, median and worst |% error|,
+    Spearman over all)."""
     import numpy as np
 
     from harness.predict.fit import blocks_per_sm, config_key, predicted_ms, spearman, validate
 
-    arch = load_arch(arch_name)
-    params = load_params(variant, fitted_on)["params"]
+    params = load_params(target.name, fitted_on)["params"]
     keys = {config_key(p["config"]) for p in points}
-    blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key)) for key in keys}
+    blocks = {key: blocks_per_sm(target, json.loads(key)) for key in keys}
     placed = [p for p in points if blocks[config_key(p["config"])] >= 1]
-    rows = validate(placed, variant, arch, blocks, params, keys)
-    predicted = [predicted_ms(p, variant, arch, blocks, params) for p in placed]
+    rows = validate(placed, target, blocks, params, keys)
+    predicted = [predicted_ms(p, target, blocks, params) for p in placed]
     measured = [p["measured_ms"] for p in placed]
     errors = np.abs(np.array(predicted) / np.array(measured) - 1) * 100
-    overall = {"variant": variant, "arch": arch_name, "fitted_on": fitted_on, "points": len(placed),
+    overall = {"variant": target.name, "arch": target.arch, "fitted_on": fitted_on, "points": len(placed),
                "skipped_unplaceable": len(points) - len(placed),
                "median_abs_pct_error": float(np.median(errors)) if len(errors) else None,
                "max_abs_pct_error": float(errors.max()) if len(errors) else None,
@@ -44,24 +43,21 @@ def check_points(points: list[dict], variant: str, arch_name: str, fitted_on: st
     return rows, overall
 
 
-
-
-def proxy_rows(points: list[dict], variant: str, arch_name: str, fitted_on: str, proxy_for: str) -> list[dict]:
+def proxy_rows(points: list[dict], target: VariantOnArch, fitted_on: str, proxy_for: str) -> list[dict]:
     """Per key of a proxy measurement: Spearman, the predicted pick's measured time over the
     measured best, how many configs the model ties with its pick (within ``MODEL_RESOLUTION``), with the best
     measured time among those ties over the measured best (what a proxy run of the ties would pick),
     and the shipped predicted ``proxy_for`` table's pick over ``proxy_for``'s default config, both
-    as measured here."""
+    as measured here. ``target``: the variant resolved on the arch of the GPU that ran the proxy."""
     from harness.predict.fit import blocks_per_sm, config_key, keyed_predictions, spearman
     from harness.predict.report import MODEL_RESOLUTION
 
-    params = load_params(variant, fitted_on)["params"]
-    blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key))
-              for key in {config_key(p["config"]) for p in points}}
-    default = variants.defaults_for(variants.load_variant(variant), proxy_for)
-    shipped_picks = shipped_predicted_picks(variant, proxy_for)
+    params = load_params(target.name, fitted_on)["params"]
+    blocks = {key: blocks_per_sm(target, json.loads(key)) for key in {config_key(p["config"]) for p in points}}
+    default = variants.defaults_for(target.module, proxy_for)
+    shipped_picks = shipped_predicted_picks(target.name, proxy_for)
     rows = []
-    for key, group, predicted, measured in keyed_predictions(points, variant, load_arch(arch_name), blocks, params):
+    for key, group, predicted, measured in keyed_predictions(points, target, blocks, params):
         best, pick = min(measured), min(range(len(group)), key=predicted.__getitem__)
         ties = [i for i in range(len(group)) if predicted[i] <= predicted[pick] * (1 + MODEL_RESOLUTION)]
         by_config = {config_key(p["config"]): p["measured_ms"] for p in group}
@@ -119,11 +115,11 @@ def write_proxy_validation(rows: list[dict], variant: str, proxy_for: str, fitte
 
 def cmd_predict(args) -> int:
     from harness.predict.fit import blocks_per_sm
-    from harness.predict.model import predict
+    from harness.predict.model import predict, tile_work_of
 
     try:
-        arch = load_arch(args.arch)
-        module = variants.load_variant(args.variant)
+        target = resolve(args.variant, args.arch)
+        tile_work_of(target)
     except ValueError as error:
         raise SystemExit(f"vk predict: {error}") from None
     if args.check_proxy:
@@ -133,7 +129,7 @@ def cmd_predict(args) -> int:
             points = proxy_points(args.proxy_storage, args.variant, args.check_proxy)
         except InputError as error:  # StorageError too
             raise SystemExit(f"vk predict: --proxy-storage: {error}") from None
-        rows = proxy_rows(points, args.variant, args.arch, args.fitted_on, args.check_proxy)
+        rows = proxy_rows(points, target, args.fitted_on, args.check_proxy)
         out = results_dir() / "predict" / f"proxy-validation-{args.variant}-{args.check_proxy}.md"
         check_output_dir(out.parent, "results folder")
         print(write_proxy_validation(rows, args.variant, args.check_proxy, args.fitted_on, args.proxy_storage, out))
@@ -143,30 +139,30 @@ def cmd_predict(args) -> int:
         from tabulate import tabulate
         from harness.predict.fit import measured_points
 
-        points = measured_points(args.check, args.variant)
+        points = measured_points(args.check, target)
         if not points:
             raise SystemExit(f"vk predict: --check: no ok records of {args.variant!r} in "
                              f"{[str(p) for p in args.check]}")
-        rows, overall = check_points(points, args.variant, args.arch, args.fitted_on)
+        rows, overall = check_points(points, target, args.fitted_on)
         print(tabulate([(f"{r['prefix_len']:,}", r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
                          f"{r['predicted_best_vs_best']:.3f}", f"{r['median_abs_pct_error']:.1f}") for r in rows],
                        headers=["L", "T", "H", "configs", "Spearman", "predicted-best / best", "median |% error|"]))
         print(json.dumps(overall))
         return 0
     fitted = load_params(args.variant, args.fitted_on)
-    config = variants.defaults_for(module, args.arch)
+    config = dict(target.defaults)
     unknown = sorted(set(args.config or {}) - set(config))
     if unknown:
         raise SystemExit(f"vk predict: --config: unknown keys {unknown} for {args.variant}; expected {sorted(config)}")
     config.update(args.config or {})
-    problems = variants.optional(module, "config_problems")(config)
+    problems = variants.optional(target.module, "config_problems")(config)
     if problems:
         raise SystemExit(f"vk predict: --config: {'; '.join(problems)}")
-    blocks = blocks_per_sm(args.variant, args.arch, config)
+    blocks = blocks_per_sm(target, config)
     for length in args.prefix:
         for nodes in args.tree:
             for heads in args.heads:
-                result = predict(args.variant, config, prefix_len=length, tree_nodes=nodes, heads=heads, arch=arch,
+                result = predict(target, config, prefix_len=length, tree_nodes=nodes, heads=heads,
                                  blocks_per_sm=blocks, params=fitted["params"])
                 print(json.dumps({"arch": args.arch, "predicted": True, "fitted_on": args.fitted_on,
                                   "variant": args.variant,
@@ -179,6 +175,7 @@ def cmd_predict_fit(args) -> int:
     import yaml
 
     from harness.predict.fit import fit, measured_points, split_configs, validate
+    from harness.predict.model import tile_work_of
     from harness.predict.report import write_validation
 
     if args.shipped_params and (args.records or args.study):
@@ -186,10 +183,9 @@ def cmd_predict_fit(args) -> int:
     if not args.shipped_params and not (args.records or args.study):
         raise SystemExit("vk predict-fit: give --records (bench JSONL), --study (vk tune studies) or both")
     try:
-        variants.load_variant(args.variant)
-        load_arch(args.fitted_on)
-        for target in args.predict_for or []:
-            load_arch(target)
+        fitted_target = resolve(args.variant, args.fitted_on)
+        tile_work_of(fitted_target)
+        predicted_targets = [resolve(args.variant, arch) for arch in args.predict_for or []]
     except ValueError as error:
         raise SystemExit(f"vk predict-fit: {error}") from None
     if args.ship:
@@ -199,9 +195,9 @@ def cmd_predict_fit(args) -> int:
         check_output_dir(out_dir, "results folder")
         out_dir.mkdir(parents=True, exist_ok=True)
         shipped = load_params(args.variant, args.fitted_on)
-        _predict_tables(args, shipped["params"], shipped["validation"], out_dir)
+        _predict_tables(args, predicted_targets, shipped["params"], shipped["validation"], out_dir)
         return 0
-    points = measured_points(args.records, args.variant) if args.records else []
+    points = measured_points(args.records, fitted_target) if args.records else []
     for study in args.study or []:
         from harness.predict.fit import study_points
 
@@ -210,10 +206,9 @@ def cmd_predict_fit(args) -> int:
         points += study_points(args.storage, study)
     if not points:
         raise SystemExit(f"vk predict-fit: no ok measurements of {args.variant!r} in the given records or study")
-    arch = load_arch(args.fitted_on)
     train, held_out = split_configs(points)
-    fitted = fit(points, args.variant, arch, args.fitted_on, train, trials=args.trials)
-    rows = validate(points, args.variant, arch, fitted["blocks"], fitted["params"], held_out)
+    fitted = fit(points, fitted_target, train, trials=args.trials)
+    rows = validate(points, fitted_target, fitted["blocks"], fitted["params"], held_out)
     out_dir = results_dir() / "predict"
     check_output_dir(out_dir, "results folder")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -232,30 +227,30 @@ def cmd_predict_fit(args) -> int:
         PARAMS_DIR.mkdir(exist_ok=True)
         shutil.copyfile(fitted_path, params_path(args.variant, args.fitted_on))
         print(f"shipped {params_path(args.variant, args.fitted_on)}: vk predict reads these parameters")
-    markdown = write_validation(points, args.variant, arch, fitted, rows, held_out, out_dir, args.fitted_on)
+    markdown = write_validation(points, fitted_target, fitted, rows, held_out, out_dir)
     print(markdown.read_text())
-    _predict_tables(args, fitted["params"], rows, out_dir)
+    _predict_tables(args, predicted_targets, fitted["params"], rows, out_dir)
     print(f"wrote {fitted_path} and {out_dir}; held-out configs: {len(held_out)}, "
           f"training configs: {len(train)} (configs compared without kv_splits)")
     return 0
 
 
-def _predict_tables(args, params: dict, validation: list[dict], out_dir: Path) -> None:
-    """Each --predict-for arch's space predicted with ``params`` (results/predict/), shipped with --ship;
-    a pick replaces the arch's default only where predicted faster by more than the fit's held-out
-    error (``validation``)."""
+def _predict_tables(args, targets: list[VariantOnArch], params: dict, validation: list[dict], out_dir: Path) -> None:
+    """Each of ``targets`` (the variant resolved on each --predict-for arch) predicted over its space with
+    ``params`` (results/predict/), shipped with --ship; a pick replaces the arch's default only where
+    predicted faster by more than the fit's held-out error (``validation``)."""
     import shutil
 
     from harness.predict.report import held_out_error, predicted_space
 
     margin = held_out_error(validation)
-    for target in args.predict_for or []:
-        table = predicted_space(args.variant, load_arch(target), target, params, args.fitted_on, out_dir, margin)
+    for target in targets:
+        table = predicted_space(target, params, args.fitted_on, out_dir, margin)
         print(table.read_text())
         if args.ship:
-            shipped = SHIPPED_TUNED_DIR / f"predicted-{target}.yaml"
-            shutil.copyfile(out_dir / f"predicted-{target}.yaml", shipped)
-            print(f"shipped {shipped}: variant='auto' on {target} without measured records reads it")
+            shipped = SHIPPED_TUNED_DIR / f"predicted-{target.arch}.yaml"
+            shutil.copyfile(out_dir / f"predicted-{target.arch}.yaml", shipped)
+            print(f"shipped {shipped}: variant='auto' on {target.arch} without measured records reads it")
 
 
 def add_commands(sub) -> None:

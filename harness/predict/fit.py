@@ -17,37 +17,35 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.static.space import STATIC_CACHE_DIR, _compile_key
-
-from verify_kernels.arch import Arch
-from .model import parameters_for, predict
 from harness.measure.inputs import InputError
 from harness.measure.optuna_storage import load_study
 from harness.measure.records import read_records
-from harness.static.report import static_rows
-from verify_kernels import variants
+from harness.static.resources import static_rows
+from harness.static.space import STATIC_CACHE_DIR, VariantOnArch, _compile_key
+from verify_kernels.planner import PLAN_KEYS
+
+from .model import parameters_for, predict, tile_work_of
 
 SEARCH = {"tensor_efficiency": (0.2, 1.0), "smem_efficiency": (0.2, 1.0), "saturating_warps": (1.0, 64.0),
           "tile_overhead_cycles": (0.0, 4000.0), "fixed_us": (0.0, 30.0), "copy_issue_cycles": (0.0, 400.0)}
 
 
-def blocks_per_sm(variant: str, arch: str, config: dict) -> int:
-    """CTAs per SM from the static model's cache (``vk static --space`` fills it), compiling if absent."""
-    path = STATIC_CACHE_DIR / f"{variant}-{arch}.json"
+def blocks_per_sm(target: VariantOnArch, config: dict) -> int:
+    """CTAs per SM of ``config`` on the target's arch from the static model's cache (``vk static --space``
+    fills it), compiling if absent."""
+    path = STATIC_CACHE_DIR / f"{target.name}-{target.arch}.json"
     rows = json.loads(path.read_text()).get("rows", {}) if path.exists() else {}
     row = rows.get(_compile_key(config))
     if row is None:
-        row = static_rows(variant, arch, [config])[0]
+        row = static_rows(target.name, target.arch, [config], allow_spills=target.spills_allowed)[0]
     return int(row.get("blocks_per_sm") or 0)
 
 
-def measured_points(paths: list[Path], variant: str) -> list[dict]:
-    """ok records of ``variant``: shape, resolved config (kv_splits as the launch chose it), median.
-    A record whose config is not the variant's current tunables (an older kernel's) is refused."""
-
-    from verify_kernels.planner import PLAN_KEYS
-
-    tunables = set(variants.load_variant(variant).DEFAULT_CONFIG) - set(PLAN_KEYS)  # what the kernel compiles
+def measured_points(paths: list[Path], target: VariantOnArch) -> list[dict]:
+    """ok records of the target's variant: shape, resolved config (kv_splits as the launch chose it),
+    median. A record whose config is not the variant's current tunables (an older kernel's) is refused."""
+    variant = target.name
+    tunables = set(target.module.DEFAULT_CONFIG) - set(PLAN_KEYS)  # what the kernel compiles
     points = []
     for path in paths:
         for index, record in enumerate(read_records(path, "bench", flag="records"), 1):
@@ -106,27 +104,25 @@ def split_configs(points: list[dict]) -> tuple[set, set]:
     return set(keys) - held_out, held_out
 
 
-def predicted_ms(point: dict, variant: str, arch: Arch, blocks: dict, params: dict) -> float:
+def predicted_ms(point: dict, target: VariantOnArch, blocks: dict, params: dict) -> float:
     """The prediction for a measured point, at the kv_splits the launch resolved."""
-    return predict(variant, point["config"], prefix_len=point["prefix_len"], tree_nodes=point["tree_nodes"],
-                   heads=point["heads"],
-                   arch=arch, blocks_per_sm=blocks[config_key(point["config"])], params=params,
+    return predict(target, point["config"], prefix_len=point["prefix_len"], tree_nodes=point["tree_nodes"],
+                   heads=point["heads"], blocks_per_sm=blocks[config_key(point["config"])], params=params,
                    batch=point["batch"], page_size=point["page_size"], prefix_lens=point.get("prefix_lens")).time_ms
 
 
-def fit(points: list[dict], variant: str, arch: Arch, arch_name: str, train: set, trials: int = 400) -> dict:
+def fit(points: list[dict], target: VariantOnArch, train: set, trials: int = 400) -> dict:
+    """The parameters (Optuna TPE over ``SEARCH``) that fit the ``train`` configs' points, measured on
+    the target's arch."""
     import optuna
 
-    blocks = {key: blocks_per_sm(variant, arch_name, json.loads(key))
-              for key in {config_key(p["config"]) for p in points}}
+    blocks = {key: blocks_per_sm(target, json.loads(key)) for key in {config_key(p["config"]) for p in points}}
     training = [p for p in points if config_key(p["config"]) in train and blocks[config_key(p["config"])] >= 1]
-
-    module = variants.load_variant(variant)
-    names = parameters_for(module.tile_work(module.DEFAULT_CONFIG))
+    names = parameters_for(tile_work_of(target)(target.module.DEFAULT_CONFIG))
 
     def loss(trial) -> float:
         params = {name: trial.suggest_float(name, *SEARCH[name]) for name in names}
-        errors = [math.log(predicted_ms(p, variant, arch, blocks, params) / p["measured_ms"]) for p in training]
+        errors = [math.log(predicted_ms(p, target, blocks, params) / p["measured_ms"]) for p in training]
         return float(np.mean(np.square(errors)))
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -153,21 +149,21 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def keyed_predictions(points: list[dict], variant: str, arch: Arch, blocks: dict, params: dict, keep=None):
+def keyed_predictions(points: list[dict], target: VariantOnArch, blocks: dict, params: dict, keep=None):
     """Per shape key (L, T, H), in order: (key, group, predicted ms, measured ms) over the points whose
     config places a CTA (and that ``keep`` admits, if given); keys with fewer than two are skipped."""
     for key in sorted({(p["prefix_len"], p["tree_nodes"], p["heads"]) for p in points}):
         group = [p for p in points if (p["prefix_len"], p["tree_nodes"], p["heads"]) == key
                  and blocks[config_key(p["config"])] >= 1 and (keep is None or keep(p))]
         if len(group) >= 2:
-            yield (key, group, [predicted_ms(p, variant, arch, blocks, params) for p in group],
+            yield (key, group, [predicted_ms(p, target, blocks, params) for p in group],
                    [p["measured_ms"] for p in group])
 
 
-def validate(points: list[dict], variant: str, arch: Arch, blocks: dict, params: dict, held_out: set) -> list[dict]:
+def validate(points: list[dict], target: VariantOnArch, blocks: dict, params: dict, held_out: set) -> list[dict]:
     """Per shape key over held-out configs: Spearman, predicted-best's measured / measured best, median |% error|."""
     rows = []
-    for key, group, predicted, measured in keyed_predictions(points, variant, arch, blocks, params,
+    for key, group, predicted, measured in keyed_predictions(points, target, blocks, params,
                                                              lambda p: config_key(p["config"]) in held_out):
         chosen = int(np.argmin(predicted))
         rows.append({"prefix_len": key[0], "tree_nodes": key[1], "heads": key[2], "configs": len(group),

@@ -26,7 +26,7 @@ from verify_kernels import variants
 from verify_kernels.planner import plan_bounds, reference_plan
 from verify_kernels.splits import CTAS_PER_SM, kv_splits_for
 
-from verify_kernels.arch import Arch
+from harness.static.space import VariantOnArch
 
 PARAMETERS = ("tensor_efficiency", "smem_efficiency", "saturating_warps", "tile_overhead_cycles", "fixed_us")
 # Fitted only for variants whose tile_work declares the KV copies a compute warp issues per tile.
@@ -54,17 +54,24 @@ def parameters_for(work: dict) -> tuple[str, ...]:
     return PARAMETERS + ((COPY_PARAMETER,) if "copies_by_compute_warps" in work else ())
 
 
-def predict(variant: str, config: dict, *, prefix_len: int, tree_nodes: int, heads: int, arch: Arch,
-            blocks_per_sm: int, params: dict, batch: int = 1, page_size: int = 64,
-            prefix_lens: list[int] | None = None) -> Prediction:
-    """Predicted time of one launch of ``variant`` at ``config`` (``blocks_per_sm`` from the static model);
-    ``prefix_lens``: a ragged batch (else ``batch`` requests of ``prefix_len``). A variant whose defaults
-    carry the planner's ``waves`` runs on the planner: its units are ``planner.reference_plan``'s."""
-    module = variants.load_variant(variant)
-    tile_work = variants.optional(module, "tile_work")
+def tile_work_of(target: VariantOnArch):
+    """The variant's ``tile_work``; ValueError naming the variants that declare one if it has none."""
+    tile_work = variants.optional(target.module, "tile_work")
     if tile_work is None:
         covered = [n for n in variants.VARIANTS if variants.optional(variants.load_variant(n), "tile_work")]
-        raise ValueError(f"variant: {variant!r} declares no tile_work; the predictor covers {covered}")
+        raise ValueError(f"variant: {target.name!r} declares no tile_work; the predictor covers {covered}")
+    return tile_work
+
+
+def predict(target: VariantOnArch, config: dict, *, prefix_len: int, tree_nodes: int, heads: int,
+            blocks_per_sm: int, params: dict, batch: int = 1, page_size: int = 64,
+            prefix_lens: list[int] | None = None) -> Prediction:
+    """Predicted time of one launch of ``target`` (a variant resolved on the arch to predict for) at
+    ``config`` (``blocks_per_sm`` from the static model); ``prefix_lens``: a ragged batch (else ``batch``
+    requests of ``prefix_len``). A variant whose defaults carry the planner's ``waves`` runs on the
+    planner: its units are ``planner.reference_plan``'s."""
+    module, arch = target.module, target.arch_record
+    tile_work = tile_work_of(target)
     if blocks_per_sm < 1:
         raise ValueError(f"blocks_per_sm: the config cannot place a CTA on an SM of {arch.name} (got {blocks_per_sm})")
     work = tile_work(config)

@@ -8,11 +8,11 @@ import math
 from pathlib import Path
 
 from harness.measure.environment import command_line, git_commit
-from verify_kernels.arch import Arch
+from harness.static.space import VariantOnArch, static_feasibility
+from verify_kernels.dispatch import l_bucket
+
 from .fit import config_key, predicted_ms
 from .model import predict
-from harness.static.space import kernel_source_hash, resolve, static_feasibility
-from verify_kernels.dispatch import l_bucket
 
 # Configs predicted within this fraction of the best are ones the model cannot tell apart (the tables'
 # ties and the proxy check's). Among them the table takes the arch's default config when it is one,
@@ -24,10 +24,13 @@ KEYS_T = (16, 64, 256)
 KEYS_H = (8, 16)
 
 
-def write_validation(points, variant: str, arch: Arch, fitted: dict, rows: list[dict], held_out: set, out_dir: Path,
-                     fitted_on: str) -> Path:
-    """results/predict/validation-<variant>-<arch>.md (+ .png with matplotlib): per key, and every point."""
+def write_validation(points, target: VariantOnArch, fitted: dict, rows: list[dict], held_out: set,
+                     out_dir: Path) -> Path:
+    """results/predict/validation-<variant>-<arch>.md (+ .png with matplotlib): per key, and every point;
+    ``target``: the variant resolved on the arch it was fitted on."""
     from tabulate import tabulate
+
+    variant, fitted_on, arch = target.name, target.arch, target.arch_record
 
     table = [(r["prefix_len"], r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
               f"{r['predicted_best_vs_best']:.3f}", f"{r['median_abs_pct_error']:.1f}") for r in rows]
@@ -55,7 +58,7 @@ def write_validation(points, variant: str, arch: Arch, fitted: dict, rows: list[
         chosen = [p for p in points if (config_key(p["config"]) in held_out) == keep
                   and fitted["blocks"][config_key(p["config"])] >= 1]
         axes.scatter([p["measured_ms"] for p in chosen],
-                     [predicted_ms(p, variant, arch, fitted["blocks"], fitted["params"]) for p in chosen],
+                     [predicted_ms(p, target, fitted["blocks"], fitted["params"]) for p in chosen],
                      s=12, label=label, color=colour)
     limits = [min(p["measured_ms"] for p in points) / 1.5, max(p["measured_ms"] for p in points) * 1.5]
     axes.plot(limits, limits, color="grey", linewidth=0.8)
@@ -71,7 +74,8 @@ def write_validation(points, variant: str, arch: Arch, fitted: dict, rows: list[
 def write_predicted_table(records: list[dict], path: Path) -> None:
     """The predicted winners in the dispatch table's layout (verify_kernels/dispatch.py), one per
     (L bucket, T, H, page size): L 185000 shares the 131072 bucket, where the 131072 prediction
-    stands. Every record says ``predicted: true`` and carries the kernel source hash it assumed.
+    stands. Every record says ``predicted: true`` and carries the kernel source hash it assumed (the
+    resolved variant's, ``kernel_source_hash`` in each of ``records``).
     Other variants' records already in ``path`` are kept: the table holds every predicted variant."""
     import yaml
 
@@ -89,7 +93,7 @@ def write_predicted_table(records: list[dict], path: Path) -> None:
                       "l_bucket": bucket, "tree_nodes": record["tree_nodes"], "heads": record["heads"],
                       "page_size": record["page_size"], "predicted_ms": record["time_ms"], "bound": record["bound"],
                       "blocks_per_sm": record["blocks_per_sm"],
-                      "kernel_source_hash": kernel_source_hash(record["variant"]),
+                      "kernel_source_hash": record["kernel_source_hash"],
                       "search": record.get("search", "every feasible config (vk predict-fit)"),
                       **{name: record[name] for name in ("params_hash", "git_commit", "command") if name in record}}
         for note in ("model_ties", "default_kept"):
@@ -148,9 +152,9 @@ def keep_default_within(chosen: tuple, scored: list, default: dict, margin: floa
                          "pick": chosen[0]}
 
 
-def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitted_on: str, out_dir: Path,
-                    margin: float) -> Path:
-    """Every feasible config of the variant's ``arch_name`` space predicted at each key; the best per
+def predicted_space(target: VariantOnArch, params: dict, fitted_on: str, out_dir: Path, margin: float) -> Path:
+    """Every feasible config of the space of ``target`` (a variant resolved on the arch to predict for)
+    predicted at each key; the best per
     key (the default where the best is not predicted faster by more than ``margin``: keep_default_within)
     to results/predict/<variant>-<arch>-predicted.{md,jsonl}, each record ``predicted: true`` with the
     fitted parameters' hash, the command and the commit."""
@@ -160,7 +164,7 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
     checkout = git_commit()
     provenance = {"command": command_line(), "git_commit": checkout["commit"], "git_dirty": checkout["dirty"],
                   "params_hash": params_hash(params)}
-    target = resolve(variant, arch_name)
+    variant, arch_name, arch = target.name, target.arch, target.arch_record
     kept = [c for c in static_feasibility(target, progress=False) if c.feasible]
     feasible = [c.config for c in kept]
     default = target.defaults
@@ -169,8 +173,8 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
     for length in KEYS_L:
         for nodes in KEYS_T:
             for heads in KEYS_H:
-                scored = [(config, predict(variant, config, prefix_len=length, tree_nodes=nodes, heads=heads,
-                                           arch=arch, blocks_per_sm=resident, params=params))
+                scored = [(config, predict(target, config, prefix_len=length, tree_nodes=nodes, heads=heads,
+                                           blocks_per_sm=resident, params=params))
                           for config, resident in zip(feasible, blocks) if resident >= 1]
                 chosen, ties = pick_among_ties(scored, default)
                 (config, result), default_note = keep_default_within(chosen, scored, default, margin)
@@ -181,6 +185,7 @@ def predicted_space(variant: str, arch: Arch, arch_name: str, params: dict, fitt
                                 "prefix_len": length, "tree_nodes": nodes, "heads": heads, "page_size": 64,
                                 "config": config,  # kv_splits as predicted (0: the split rule)
                                 "predicted_pct_of_spec_floor": 100 * floor / result.time_ms, **result.as_dict(),
+                                "kernel_source_hash": target.source_hash,
                                 **({"model_ties": ties} if ties else {}),
                                 **({"default_kept": default_note} if default_note else {}), **provenance})
     write_predicted_table(records, out_dir / f"predicted-{arch_name}.yaml")

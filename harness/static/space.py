@@ -24,7 +24,7 @@ import yaml
 
 from verify_kernels import arch as arch_module
 from verify_kernels import variants
-from verify_kernels.arch import load_arch
+from verify_kernels.arch import Arch, load_arch
 
 import search_spaces
 from harness.measure.paths import results_dir
@@ -53,13 +53,19 @@ class Candidate:
 class VariantOnArch:
     """One variant resolved once for one arch (``resolve``): its module, its search space (tunables
     resolved; None for a variant that is not tuned), its kernel source hash and its default config. The
-    static model and vk tune take this object, not the name, so a tune key reads each of them once."""
+    static model, vk tune and the predictor take this object, not the name, so a tune key or a fit
+    reads each of them once."""
     name: str
     arch: str
     module: ModuleType
     space: dict | None
     source_hash: str
     defaults: dict
+
+    @property
+    def arch_record(self) -> Arch:
+        """The arch's registry record (limits and rates)."""
+        return load_arch(self.arch)
 
     @property
     def spills_allowed(self) -> bool:

@@ -42,9 +42,10 @@ def run_predicted_tune(args, tune_keys) -> int:
             continue
         seen.add(key.study_name)
         key = dataclasses.replace(key, prefix_len=key.l_bucket)
-        evaluator = predicted_evaluator(key.variant, args.arch, prefix_len=key.prefix_len,
-                                        tree_nodes=key.tree_nodes, heads=key.heads, fitted_on=args.fitted_on)
-        study = tune_key(key, resolve(key.variant, args.arch), storage=storage, trials=args.trials,
+        target = resolve(key.variant, args.arch)
+        evaluator = predicted_evaluator(target, prefix_len=key.prefix_len, tree_nodes=key.tree_nodes,
+                                        heads=key.heads, fitted_on=args.fitted_on)
+        study = tune_key(key, target, storage=storage, trials=args.trials,
                          minutes=args.minutes,
                          seed=args.seed, warm_start=[], timeout_s=args.trial_timeout, rep_ms=args.rep_ms,
                          progress=not args.no_progress, compile=not args.no_compile, timing="predicted",
@@ -59,6 +60,7 @@ def run_predicted_tune(args, tune_keys) -> int:
                         "prefix_len": key.prefix_len, "tree_nodes": key.tree_nodes, "heads": key.heads,
                         "page_size": key.page_size, "config": dict(best.params),
                         "time_ms": best.value, "bound": attrs.get("bound"), "blocks_per_sm": attrs.get("blocks_per_sm"),
+                        "kernel_source_hash": target.source_hash,
                         "search": f"optuna TPE, study {study.study_name}, {distinct} configs predicted"})
         rows.append((key.variant, key.prefix_len, key.tree_nodes, key.heads, f"{best.value:.4f}", attrs.get("bound"),
                      attrs.get("blocks_per_sm"), attrs.get("kv_splits"), distinct,

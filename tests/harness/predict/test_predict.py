@@ -10,8 +10,11 @@ import pytest
 
 from harness.predict.fit import blocks_per_sm, spearman
 from harness.predict.model import predict
+from harness.static.space import resolve
 from verify_kernels import cuda_ws
 from verify_kernels.arch import load_arch
+
+WS_90, WS_120 = resolve("cuda_ws", "sm_90"), resolve("cuda_ws", "sm_120")
 
 EXACT = {"tensor_efficiency": 1.0, "smem_efficiency": 1.0, "saturating_warps": 1.0, "tile_overhead_cycles": 0.0,
          "fixed_us": 0.0, "copy_issue_cycles": 0.0}
@@ -22,8 +25,7 @@ def test_shared_memory_bound_tile_by_hand():
     config = {**cuda_ws.DEFAULT_CONFIGS["sm_90"], "kv_splits": 1}
     work = cuda_ws.tile_work(config)
     assert (work["rows"], work["mma"], work["smem_bytes"]) == (48, 816, 325632)
-    result = predict("cuda_ws", config, prefix_len=314, tree_nodes=6, heads=8, arch=load_arch("sm_90"),
-                     blocks_per_sm=1, params=EXACT)
+    result = predict(WS_90, config, prefix_len=314, tree_nodes=6, heads=8, blocks_per_sm=1, params=EXACT)
     assert (result.ctas, result.waves, result.tiles_per_cta, result.bound) == (1, 1, 10, "shared memory")
     assert math.isclose(result.time_ms, 10 * 325632 / 128 / 1.98e6, rel_tol=1e-9)
 
@@ -31,8 +33,7 @@ def test_shared_memory_bound_tile_by_hand():
 def test_tensor_bound_on_the_slower_tensor_arch():
     """The same work is tensor-bound where mma.sync does ~1,000 FLOP per SM-clock (sm_120), not 2,487."""
     config = {**cuda_ws.DEFAULT_CONFIGS["sm_90"], "kv_splits": 1}
-    on_120 = predict("cuda_ws", config, prefix_len=314, tree_nodes=6, heads=8, arch=load_arch("sm_120"),
-                     blocks_per_sm=1, params=EXACT)
+    on_120 = predict(WS_120, config, prefix_len=314, tree_nodes=6, heads=8, blocks_per_sm=1, params=EXACT)
     assert on_120.bound == "tensor"
     assert math.isclose(on_120.time_ms, 10 * 816 * 4096 / 1031 / 2.6e6, rel_tol=1e-9)
 
@@ -40,9 +41,8 @@ def test_tensor_bound_on_the_slower_tensor_arch():
 def test_a_second_wave_costs_a_second_round():
     """48 rows: T 6 x H 8 is one row block; 132 splits fill one wave of the H200, 133 start a second."""
     config = cuda_ws.DEFAULT_CONFIGS["sm_90"]
-    arch = load_arch("sm_90")
-    runs = {splits: predict("cuda_ws", {**config, "kv_splits": splits}, prefix_len=131072, tree_nodes=6, heads=8,
-                            arch=arch, blocks_per_sm=1, params=EXACT) for splits in (132, 133)}
+    runs = {splits: predict(WS_90, {**config, "kv_splits": splits}, prefix_len=131072, tree_nodes=6, heads=8,
+                            blocks_per_sm=1, params=EXACT) for splits in (132, 133)}
     assert (runs[132].waves, runs[133].waves) == (1, 2)
     tiles = runs[133].tiles_per_cta
     combine_bytes = 133 * 48 * 513 * 4 + 48 * 512 * 2  # fp32 partials and LSEs read, the output written
@@ -54,15 +54,12 @@ def test_register_limited_occupancy_feeds_the_latency_term():
     """A config the static model limits by registers to 2 CTAs per SM runs 2 resident where CTAs allow."""
     config = {"WARPS_M": 2, "ROW_TILES": 1, "WARPS_N": 2, "BLOCK_N": 16, "STAGES": 2, "MIN_BLOCKS": 1, "PRODUCER": 0,
               "SPLIT_K": 0, "kv_splits": 0}
-    blocks = blocks_per_sm("cuda_ws", "sm_90", config)  # the committed static cache: limiter registers
+    blocks = blocks_per_sm(WS_90, config)  # the committed static cache: limiter registers
     assert blocks == 2
     params = {**EXACT, "saturating_warps": 8.0}
-    arch = load_arch("sm_90")
     config = {**config, "kv_splits": 16}  # 16 row blocks x 16 splits = 256 CTAs: two per SM where they fit
-    two = predict("cuda_ws", config, prefix_len=131072, tree_nodes=64, heads=8, arch=arch, blocks_per_sm=2,
-                  params=params)
-    one = predict("cuda_ws", config, prefix_len=131072, tree_nodes=64, heads=8, arch=arch, blocks_per_sm=1,
-                  params=params)
+    two = predict(WS_90, config, prefix_len=131072, tree_nodes=64, heads=8, blocks_per_sm=2, params=params)
+    one = predict(WS_90, config, prefix_len=131072, tree_nodes=64, heads=8, blocks_per_sm=1, params=params)
     assert two.warps_per_sm == 8 and one.warps_per_sm == 4 and two.time_ms < one.time_ms
 
 
@@ -96,15 +93,16 @@ def test_the_copies_a_compute_warp_issues_cost_round_time():
 
     assert cuda_qreg.tile_work(cuda_qreg.DEFAULT_CONFIGS["sm_90"])["copies_by_compute_warps"] == 32 // 8
     arch = load_arch("sm_90")
-    shape = {"prefix_len": 314, "tree_nodes": 6, "heads": 8, "arch": arch, "blocks_per_sm": 1}
-    free = predict("cuda_ws", no_producer, params=EXACT, **shape)
-    priced = predict("cuda_ws", no_producer, params={**EXACT, "copy_issue_cycles": 100.0}, **shape)
+    shape = {"prefix_len": 314, "tree_nodes": 6, "heads": 8, "blocks_per_sm": 1}
+    free = predict(WS_90, no_producer, params=EXACT, **shape)
+    priced = predict(WS_90, no_producer, params={**EXACT, "copy_issue_cycles": 100.0}, **shape)
     tiles = free.tiles_per_cta
     assert math.isclose(priced.time_ms - free.time_ms, tiles * 100 * 32 / (arch.clock_ghz * 1e6), rel_tol=1e-9)
     five = {k: v for k, v in EXACT.items() if k != "copy_issue_cycles"}
     with pytest.raises(ValueError, match="copy_issue_cycles"):
-        predict("cuda_ws", config, params=five, **shape)
-    assert predict("cuda_coalesced", cuda_coalesced.DEFAULT_CONFIG, params=five, **shape).time_ms > 0
+        predict(WS_90, config, params=five, **shape)
+    coalesced = resolve("cuda_coalesced", "sm_90")
+    assert predict(coalesced, cuda_coalesced.DEFAULT_CONFIG, params=five, **shape).time_ms > 0
 
 
 def test_vk_predict_prints_a_predicted_record():
@@ -130,21 +128,20 @@ def test_predict_check_reports_the_error_against_records(tmp_path):
 
     source = Path(__file__).resolve().parents[3] / "results" / "bench" / "cuda_ws-side-by-side-nvidia-h200.jsonl"
     params = load_params("cuda_ws", "sm_90")["params"]
-    arch = load_arch("sm_90")
     lines = []
     for line in source.read_text().splitlines():
         record = json.loads(line)
         if record.get("variant") != "cuda_ws" or record.get("status") != "ok":
             continue
-        point = measured_points([source], "cuda_ws")[0] | {
+        point = measured_points([source], WS_90)[0] | {
             "prefix_len": record["prefix_len"], "tree_nodes": record["tree_nodes"], "heads": record["heads"],
             "batch": record.get("batch", 1), "page_size": record["page_size"], "config": record["resolved_config"]}
-        blocks = {config_key(point["config"]): blocks_of("cuda_ws", "sm_90", point["config"])}
-        record["median_ms"] = 2 * predicted_ms(point, "cuda_ws", arch, blocks, params)
+        blocks = {config_key(point["config"]): blocks_of(WS_90, point["config"])}
+        record["median_ms"] = 2 * predicted_ms(point, WS_90, blocks, params)
         lines.append(json.dumps(record))
     doubled = tmp_path / "doubled.jsonl"
     doubled.write_text("\n".join(lines) + "\n")
-    rows, overall = check_points(measured_points([doubled], "cuda_ws"), "cuda_ws", "sm_90", "sm_90")
+    rows, overall = check_points(measured_points([doubled], WS_90), WS_90, "sm_90")
     assert overall["points"] == len(lines) > 0 and overall["median_abs_pct_error"] == pytest.approx(50.0)
     assert overall["spearman_all"] == pytest.approx(1.0)
     assert all(row["predicted_best_vs_best"] == pytest.approx(1.0) for row in rows)
@@ -156,12 +153,11 @@ def test_proxy_validation_reads_every_proxy_study(tmp_path):
     optuna = pytest.importorskip("optuna")
     from harness.predict.cli import load_params, proxy_rows
     from harness.predict.fit import blocks_per_sm as blocks_of, config_key, predicted_ms, proxy_points
-    from harness.static.space import resolve
     from harness.tune.study import feasible_space
 
-    _, feasible, _ = feasible_space(resolve("cuda_ws", "sm_120"), progress=False, compile=False)
+    _, feasible, _ = feasible_space(WS_120, progress=False, compile=False)
     configs = [c.config for c in feasible.values()][:5]
-    params, arch = load_params("cuda_ws", "sm_90")["params"], load_arch("sm_90")
+    params = load_params("cuda_ws", "sm_90")["params"]
     storage = f"sqlite:///{tmp_path / 'proxy.db'}"
     for name, reverse in (("cuda_ws|gpu-proxy-sm_120|L4096|T16|H8|ps64|bfloat16", True),
                           ("cuda_ws|gpu-proxy-sm_120|L4096|T16|H8|ps64|bfloat16|kernel old graph", False)):
@@ -169,15 +165,15 @@ def test_proxy_validation_reads_every_proxy_study(tmp_path):
         study.set_user_attr("key", {"prefix_len": 4096, "tree_nodes": 16, "heads": 8, "page_size": 64})
         for config in configs:
             point = {"prefix_len": 4096, "tree_nodes": 16, "heads": 8, "batch": 1, "page_size": 64, "config": config}
-            blocks = {config_key(config): blocks_of("cuda_ws", "sm_90", config)}
-            time = predicted_ms(point, "cuda_ws", arch, blocks, params)
+            blocks = {config_key(config): blocks_of(WS_90, config)}
+            time = predicted_ms(point, WS_90, blocks, params)
             study.add_trial(optuna.trial.create_trial(
                 params=config, value=1 / time if reverse else time,
                 distributions={k: optuna.distributions.CategoricalDistribution(sorted({c[k] for c in configs}))
                                for k in config}))
     points = proxy_points(storage, "cuda_ws", "sm_120")
     assert len(points) == len(configs)
-    (row,) = proxy_rows(points, "cuda_ws", "sm_90", "sm_90", "sm_120")
+    (row,) = proxy_rows(points, WS_90, "sm_90", "sm_120")
     assert row["configs"] == len(configs) and row["spearman"] < -0.9 and row["pick_vs_best"] > 1
 
 
@@ -210,13 +206,12 @@ def test_predict_uses_each_variants_split_rule():
 
     arch = load_arch("sm_90")
     coalesced = {"WARPS_M": 4, "WARPS_N": 2, "BLOCK_N": 64, "STAGES": 1, "MIN_BLOCKS": 1, "kv_splits": 0}
-    got = predict("cuda_coalesced", coalesced, prefix_len=131072, tree_nodes=16, heads=8, arch=arch,
+    got = predict(resolve("cuda_coalesced", "sm_90"), coalesced, prefix_len=131072, tree_nodes=16, heads=8,
                   blocks_per_sm=1, params=EXACT).kv_splits
     capacity = (-(-(131072 + 16) // 64) + 1) * 64
     assert got == kv_splits_for(capacity, 128, 1, 64, 64, arch.sms)
     ws = dict(cuda_ws.DEFAULT_CONFIGS["sm_90"], kv_splits=0)
-    got = predict("cuda_ws", ws, prefix_len=131072, tree_nodes=16, heads=8, arch=arch, blocks_per_sm=1,
-                  params=EXACT).kv_splits
+    got = predict(WS_90, ws, prefix_len=131072, tree_nodes=16, heads=8, blocks_per_sm=1, params=EXACT).kv_splits
     assert got == kv_splits_for(capacity, 128, 1, cuda_ws.rows_per_cta(ws), ws["BLOCK_N"], arch.sms,
                                 ctas_per_sm=ws["MIN_BLOCKS"], one_wave=True)
 
@@ -243,7 +238,7 @@ def test_fit_reads_a_tune_study_and_the_predicted_table_keeps_other_variants(tmp
     table.write_text(yaml.safe_dump({"cuda_ws|sm_120|predicted|L4096|T16|H8|ps64": {"variant": "cuda_ws", "x": 1}}))
     record = {"variant": "cuda_coalesced", "arch": "sm_120", "fitted_on": "sm_90", "prefix_len": 4096,
               "tree_nodes": 16, "heads": 8, "page_size": 64, "config": {"BLOCK_N": 16}, "time_ms": 0.03,
-              "bound": "tensor", "blocks_per_sm": 1}
+              "bound": "tensor", "blocks_per_sm": 1, "kernel_source_hash": "0123"}
     write_predicted_table([record], table)
     written = yaml.safe_load(table.read_text())
     assert set(written) == {"cuda_ws|sm_120|predicted|L4096|T16|H8|ps64",
@@ -275,8 +270,8 @@ def test_a_planned_variant_is_predicted_over_the_planners_units():
 
     config = dict(cuda_ws.DEFAULT_CONFIGS["sm_90"])
     arch, lengths, nodes, heads = load_arch("sm_90"), [185000, 4096, 32768], 64, 8
-    result = predict("cuda_ws", config, prefix_len=max(lengths), tree_nodes=nodes, heads=heads, arch=arch,
-                     blocks_per_sm=1, params=EXACT, prefix_lens=lengths)
+    result = predict(WS_90, config, prefix_len=max(lengths), tree_nodes=nodes, heads=heads, blocks_per_sm=1,
+                     params=EXACT, prefix_lens=lengths)
     row_blocks = math.ceil(nodes * heads / cuda_ws.rows_per_cta(config))
     capacity = (math.ceil((max(lengths) + nodes) / 64) + 1) * 64
     bounds = planner.plan_bounds(batch=3, row_blocks=row_blocks, capacity=capacity, block_n=config["BLOCK_N"],
@@ -304,3 +299,31 @@ def test_a_predicted_pick_replaces_the_default_only_beyond_the_fits_held_out_err
     assert held_out_error([{"median_abs_pct_error": e} for e in (8.0, 5.0, 12.0)]) == 0.12
     with pytest.raises(ValueError, match="held-out"):
         held_out_error([])
+
+
+def test_a_fit_and_a_predicted_table_read_the_variant_only_through_the_resolved_target(tmp_path, monkeypatch):
+    """issue 36: vk predict-fit resolves the variant once per arch (module, space, kernel source hash,
+    defaults) and passes the object down; the fit, its validation and the predicted table read none again."""
+    from pathlib import Path
+
+    from harness.predict.fit import fit, measured_points, split_configs, validate
+    from harness.predict.fitted import load_params
+    from harness.predict.report import predicted_space
+    from harness.static import space as space_module
+    from verify_kernels import variants
+
+    source = Path(__file__).resolve().parents[3] / "results" / "bench" / "cuda_ws-side-by-side-nvidia-h200.jsonl"
+
+    def again(*args, **kwargs):
+        raise AssertionError("read again instead of taken from the target")
+    for module, name in ((space_module, "kernel_source_hash"), (space_module, "_read_space"),
+                         (variants, "load_variant"), (variants, "defaults_for")):
+        monkeypatch.setattr(module, name, again)
+    points = measured_points([source], WS_90)
+    train, held_out = split_configs(points)
+    fitted = fit(points, WS_90, train, trials=3)
+    assert fitted["training_points"] > 0 and set(fitted["params"]) == set(EXACT)
+    validate(points, WS_90, fitted["blocks"], fitted["params"], held_out)
+    table = predicted_space(WS_120, load_params("cuda_ws", "sm_90")["params"], "sm_90", tmp_path, margin=0.07)
+    records = [json.loads(line) for line in (tmp_path / "cuda_ws-sm_120-predicted.jsonl").read_text().splitlines()]
+    assert table.exists() and {r["kernel_source_hash"] for r in records} == {WS_120.source_hash}

@@ -308,7 +308,7 @@ def test_predicted_objective_tunes_without_a_gpu_and_writes_a_predicted_table(tm
     study = optuna.load_study(study_name="cuda_coalesced|predicted-sm_120|L131072|T64|H8|ps64|bfloat16",
                               storage=f"sqlite:///{tmp_path / 'p.db'}")
     assert study.user_attrs["timing"] == "predicted"
-    evaluate = predicted_evaluator("cuda_coalesced", "sm_120", prefix_len=131072, tree_nodes=64, heads=8)
+    evaluate = predicted_evaluator(resolve("cuda_coalesced", "sm_120"), prefix_len=131072, tree_nodes=64, heads=8)
     seen = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len({json.dumps(t.params, sort_keys=True) for t in seen}) >= 4
     best = min(seen, key=lambda t: t.value)
