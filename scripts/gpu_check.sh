@@ -6,8 +6,7 @@
 # Usage (repository root): bash scripts/gpu_check.sh [pytest seconds, default 300]
 . scripts/gpu_env.sh
 mkdir -p results/tests results/check results/sanitizer
-timeout "${1:-300}" python3 -m pytest -q -p no:cacheprovider -m gpu tests 2>&1 | tail -n 25 \
-  | tee "results/tests/pytest-gpu-$sku.txt"; pack
+pytest_log "results/tests/pytest-gpu-$sku.txt" "${1:-300}" -m gpu tests; pack
 rm -f "results/check/$sku.jsonl"
 python3 -m harness check --no-progress --out "results/check/$sku.jsonl" > "results/check/$sku.txt" 2>&1
 tail -n 1 "results/check/$sku.txt"; pack

@@ -10,9 +10,8 @@
 steps=" ${*:-check bench sanitize ncu} "
 mkdir -p results/bench results/tests results/sanitizer/cuda_ws results/ncu
 if [[ $steps == *" check "* ]]; then
-  log="results/tests/pytest-gpu-cuda_ws-$sku.txt"
-  timeout 240 python3 -m pytest -q -m gpu tests/kernels/test_variants.py -k "cuda_ws or deterministic" \
-    -p no:cacheprovider > "$log" 2>&1; tail -n 1 "$log"; grep -E "^FAILED" "$log" | head -n 5; pack
+  pytest_log "results/tests/pytest-gpu-cuda_ws-$sku.txt" 240 -m gpu tests/kernels/test_variants.py \
+    -k "cuda_ws or deterministic"; pack
 fi
 if [[ $steps == *" bench "* ]]; then
   for sweep in cuda_ws-configs:cuda_ws-side-by-side cuda_ws-sm120-proxy:cuda_ws-sm120-proxy; do

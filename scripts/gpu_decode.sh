@@ -21,8 +21,7 @@ main_s=${MAIN_S:-300}; sweep_s=${SWEEP_S:-170}; contexts=${CONTEXTS:-185000,1310
 sweep_contexts=${SWEEP_CONTEXTS:-131072,32768}
 compile=(--draft-on "${DRAFT_ON:-device}"); [ "${COMPILE:-1}" = 1 ] && compile+=(--compile-layers)
 [ "${BATCH_INVARIANT:-1}" = 1 ] && compile+=(--batch-invariant-greedy)
-[ "${2:-}" = skip-tests ] || timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/decode 2>&1 \
-  | tail -n 4 | tee "$OUT/pytest-decode-gpu-$sku.txt"
+[ "${2:-}" = skip-tests ] || pytest_log "$OUT/pytest-decode-gpu-$sku.txt" 100 -m gpu tests/decode
 [ "$main_s" = 0 ] || timeout "$main_s" python3 -m harness decode --preset k2-tp8 --context "$contexts" --budget 64 \
   "${compile[@]}" --variants triton_ps1 auto --new-tokens "$new" --drafter oracle --check-lossless --no-progress \
   --out "$OUT/decode-k2-tp8-$sku.jsonl" 2>&1 | grep -v "^\s*warnings.warn\|UserWarning" | tail -n 14

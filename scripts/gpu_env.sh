@@ -27,3 +27,15 @@ bench_chain() {
 # instruments every kernel: it counts memory as written only by kernels it instruments, and the plan the
 # verify kernels read is written by the planner's Triton kernel.   compute-sanitizer --tool T $(sanitizer_only T) ...
 sanitizer_only() { [ "$1" = initcheck ] || echo "--kernel-name kns=verify"; }
+# One pytest run logged the way results/ keeps test logs: the commit and the command first, then every test's id
+# and outcome (-rap), cut at SECONDS; prints the log's last line and its first failures.
+#   pytest_log LOG SECONDS [pytest arguments...]
+pytest_log() {
+  local log=$1 seconds=$2 status; shift 2
+  mkdir -p "$(dirname "$log")"
+  { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+    echo "command: python3 -m pytest -q -p no:cacheprovider -rap $(printf '%q ' "$@")"; } > "$log"
+  timeout -k 10 "$seconds" python3 -m pytest -q -p no:cacheprovider -rap "$@" >> "$log" 2>&1; status=$?
+  tail -n 1 "$log"; grep -E "^(FAILED|ERROR)" "$log" | head -n 5
+  return $status
+}

@@ -47,10 +47,7 @@ for item in "$@"; do
     test)
       log="results/check/portable-test-$sku.log"
       tests=(tests/kernels/test_variants.py tests/kernels/test_planner.py tests/kernels/test_layouts.py -k cuda_qreg)
-      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
-        echo "command: python3 -m pytest -q -p no:cacheprovider -rs ${tests[*]}"; } > "$log"
-      timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider -rs "${tests[@]}" >> "$log" 2>&1
-      tail -n 8 "$log"; pack ;;
+      pytest_log "$log" "$(left)" "${tests[@]}"; pack ;;
     sanitize)
       runs=("memcheck:cuda_qreg:{}" "racecheck:cuda_qreg:{}" "synccheck:cuda_qreg:{}" "initcheck:cuda_qreg:{}"
             "memcheck:cuda_qreg-sm120:$(default cuda_qreg sm_120)" "racecheck:cuda_qreg-sm120:$(default cuda_qreg sm_120)"

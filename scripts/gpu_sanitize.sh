@@ -59,9 +59,8 @@ if [[ $steps == *" init "* ]]; then
 fi
 if [[ $steps == *" check "* ]]; then
   mkdir -p results/tests results/ab
-  log="results/tests/pytest-gpu-gluon_wgmma_ws-noinc-$sku.txt"
-  timeout 240 python3 -m pytest -q -m gpu tests/kernels/test_variants.py -k "gluon_wgmma_ws or deterministic" \
-    -p no:cacheprovider > "$log" 2>&1; tail -n 1 "$log"; grep -E "^FAILED" "$log" | head -n 5
+  pytest_log "results/tests/pytest-gpu-gluon_wgmma_ws-noinc-$sku.txt" 240 -m gpu tests/kernels/test_variants.py \
+    -k "gluon_wgmma_ws or deterministic"
   ab="results/ab/gluon_wgmma_ws-noinc-$sku.jsonl"; rm -f "$ab"
   for shape in "185000 64 64" "131072 256 64" "4096 16 64" "32768 64 16"; do
     read -r prefix tree page <<< "$shape"

@@ -54,20 +54,14 @@ for item in "$@"; do
       else  # the variants the plan or the one combine changed
         tests=(tests/kernels/test_variants.py -k "not triton_ps1 and not cuda_coalesced")
       fi
-      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
-        echo "command: python3 -m pytest -q -p no:cacheprovider -rs ${tests[*]}"; } > "$log"
-      timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider -rs "${tests[@]}" >> "$log" 2>&1
-      tail -n 12 "$log"; pack ;;
+      pytest_log "$log" "$(left)" "${tests[@]}"; pack ;;
     bench)
       bench_shapes
       pack ;;
     cuda_ws)
       log="results/check/scheduler-cuda_ws-$sku.log"
-      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
-        echo "command: python3 -m pytest -q -p no:cacheprovider -rs tests/kernels/test_variants.py tests/kernels/test_planner.py -k cuda_ws"; } > "$log"
-      timeout -k 10 "$(( $(left) / 2 ))" python3 -m pytest -q -p no:cacheprovider -rs tests/kernels/test_variants.py \
-        tests/kernels/test_planner.py -k cuda_ws >> "$log" 2>&1
-      tail -n 3 "$log"; pack
+      pytest_log "$log" "$(( $(left) / 2 ))" tests/kernels/test_variants.py tests/kernels/test_planner.py -k cuda_ws
+      pack
       ours=cuda_ws; peers=""; records="results/bench/scheduler-cuda_ws-$sku.jsonl"
       bench_shapes
       pack ;;
@@ -87,10 +81,7 @@ for item in "$@"; do
     spans-test)
       log="results/check/spans-test-$at-$sku.log"
       tests=(tests/kernels/test_variants.py tests/kernels/test_planner.py tests/harness/static/test_sass.py -k gluon_wgmma_ws)
-      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
-        echo "command: python3 -m pytest -q -p no:cacheprovider -rs ${tests[*]}"; } > "$log"
-      timeout -k 10 "$(left)" python3 -m pytest -q -p no:cacheprovider -rs "${tests[@]}" >> "$log" 2>&1
-      tail -n 3 "$log"; pack ;;
+      pytest_log "$log" "$(left)" "${tests[@]}"; pack ;;
     spans-sanitize)
       for tool in memcheck racecheck synccheck; do
         log="results/sanitizer/variants/$tool-gluon_wgmma_ws-spans-$at-$sku.txt"; mkdir -p results/sanitizer/variants
