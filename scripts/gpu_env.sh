@@ -39,3 +39,15 @@ pytest_log() {
   tail -n 1 "$log"; grep -E "^(FAILED|ERROR)" "$log" | head -n 5
   return $status
 }
+# One compute-sanitizer run of scripts/sanitize_variants.py, logged the same way (commit, command), cut at SECONDS;
+# prints the tool's summary and how many shapes matched the oracle.
+#   sanitize_log TOOL LOG SECONDS [sanitize_variants.py arguments...]
+sanitize_log() {
+  local tool=$1 log=$2 seconds=$3 status; shift 3
+  mkdir -p "$(dirname "$log")"
+  { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+    echo "command: compute-sanitizer --tool $tool $(sanitizer_only "$tool") python3 scripts/sanitize_variants.py $(printf '%q ' "$@")"; } > "$log"
+  timeout -k 5 "$seconds" compute-sanitizer --tool "$tool" $(sanitizer_only "$tool") python3 scripts/sanitize_variants.py "$@" \
+    >> "$log" 2>&1; status=$?
+  echo "$tool $*: rc=$status $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) ok=$(grep -c ' ok$' "$log")"
+}

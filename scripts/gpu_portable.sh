@@ -54,12 +54,8 @@ for item in "$@"; do
             "memcheck:cuda_ws:{}" "memcheck:gluon_wgmma_ws:{}" "memcheck:triton_splitkv:{}")
       for run in "${runs[@]}"; do
         tool=${run%%:*}; rest=${run#*:}; name=${rest%%:*}; config=${rest#*:}
-        log="results/sanitizer/variants/$tool-$name-$sku.txt"
-        { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
-          echo "command: compute-sanitizer --tool $tool $(sanitizer_only "$tool") python3 scripts/sanitize_variants.py ${name%-sm120} --config '$config'"; } > "$log"
-        timeout -k 5 "$(( $(left) < 150 ? $(left) : 150 ))" compute-sanitizer --tool "$tool" $(sanitizer_only "$tool") \
-          python3 scripts/sanitize_variants.py "${name%-sm120}" --config "$config" >> "$log" 2>&1
-        echo "$tool $name: rc=$? $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) ok=$(grep -c ' ok$' "$log")"
+        sanitize_log "$tool" "results/sanitizer/variants/$tool-$name-$sku.txt" "$(( $(left) < 150 ? $(left) : 150 ))" \
+          "${name%-sm120}" --config "$config"
       done; pack ;;
     bench)
       bench_shapes "results/bench/portable-$sku.jsonl" --variants cuda_qreg cuda_ws --peers flashinfer_fa2 flash_mla

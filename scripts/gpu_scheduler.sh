@@ -18,6 +18,9 @@
 #                                                  -> results/check/spans-test-at-<commit>-<gpu>.log
 #   spans-sanitize  compute-sanitizer memcheck, racecheck, synccheck of gluon_wgmma_ws's default (the spans
 #                   rule) on the sanitizer shapes  -> results/sanitizer/variants/<tool>-gluon_wgmma_ws-spans-at-<commit>-<gpu>.txt
+#   ws-spans  cuda_ws's spans walk (waves 0, compiled with SPANS): its oracle suite and graph-replay tests, the
+#             three sanitizers, then the bench shapes at waves 0 and 2 beside the peers
+#                                                  -> results/{check,sanitizer/variants,bench}/...ws-spans...-at-<commit>-<gpu>.*
 # (<commit>: VK_GIT_COMMIT's first 7 characters: each kernel's records apart, and --resume never skips a point
 # because an earlier kernel measured it.)
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
@@ -84,13 +87,19 @@ for item in "$@"; do
       pytest_log "$log" "$(left)" "${tests[@]}"; pack ;;
     spans-sanitize)
       for tool in memcheck racecheck synccheck; do
-        log="results/sanitizer/variants/$tool-gluon_wgmma_ws-spans-$at-$sku.txt"; mkdir -p results/sanitizer/variants
-        { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
-          echo "command: compute-sanitizer --tool $tool $(sanitizer_only "$tool") python3 scripts/sanitize_variants.py gluon_wgmma_ws"; } > "$log"
-        timeout -k 5 "$(( $(left) / 2 ))" compute-sanitizer --tool "$tool" $(sanitizer_only "$tool") \
-          python3 scripts/sanitize_variants.py gluon_wgmma_ws >> "$log" 2>&1
-        echo "$tool: rc=$? $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n 1) ok=$(grep -c ' ok$' "$log")"
+        sanitize_log "$tool" "results/sanitizer/variants/$tool-gluon_wgmma_ws-spans-$at-$sku.txt" "$(( $(left) / 2 ))" \
+          gluon_wgmma_ws
       done; pack ;;
+    ws-spans)
+      pytest_log "results/check/ws-spans-test-$at-$sku.log" "$(( $(left) / 3 ))" tests/kernels/test_variants.py \
+        tests/kernels/test_planner.py -k cuda_ws; pack
+      for tool in memcheck racecheck synccheck; do
+        sanitize_log "$tool" "results/sanitizer/variants/$tool-cuda_ws-spans-$at-$sku.txt" "$(( $(left) / 4 ))" \
+          cuda_ws --config '{"waves": 0}'
+      done; pack
+      ours="cuda_ws --config {\"waves\":0} --config {\"waves\":2}"; records="results/bench/ws-spans-$at-$sku.jsonl"
+      bench_shapes
+      pack ;;
     report) python3 -m harness report "$records" --peers --title "The planner beside the peers ($sku)" \
               --out "results/report/scheduler-$sku" > /dev/null 2>&1; pack
             sed -n '/## Ours against the peers/,/## The portable race/p' "results/report/scheduler-$sku.md" | head -n 40 ;;

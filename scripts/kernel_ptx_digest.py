@@ -16,7 +16,7 @@ config of a tuned table (``--tuned``) are compiled for sm_90 (and sm_120 where t
 compiles there) with the variant's own ``kernel_specs``; the PTX is hashed after dropping
 debug-line directives (``.loc``, ``.file``), the DWARF sections and comments, which move with the
 source lines and helper names.
-CUDA variants hash the nvcc PTX of their source with the config's macros. No GPU needed.
+CUDA variants hash the nvcc PTX of their ``kernel_specs`` (source and macros). No GPU needed.
 """
 
 from __future__ import annotations
@@ -90,9 +90,9 @@ def main() -> None:
         for config in configs:
             key = json.dumps(config, sort_keys=True)
             for arch in arches:
-                if getattr(module, "SOURCE", None):  # CUDA variants: the PTX of their source with the macros
-                    macros = {k: config[k] for k in module.MACROS}
-                    digests[f"{name}|{arch}|{key}"] = normalized_digest(cuda_ptx(module.SOURCE, macros, arch))
+                if getattr(module, "SOURCE", None):  # CUDA variants: the PTX of their kernel (source and macros)
+                    (spec,) = module.kernel_specs(config)
+                    digests[f"{name}|{arch}|{key}"] = normalized_digest(cuda_ptx(spec.source, spec.macros, arch))
                     continue
                 for spec in module.kernel_specs(config):
                     digests[f"{name}|{arch}|{key}|{spec.name}"] = normalized_digest(triton_ptx(spec, arch))

@@ -18,7 +18,9 @@ Tunables are compile-time macros:
   sum the partials through shared memory, so each holds whole S rows and keeps P in registers as
   P V's A operand; 0 = they split S by columns and stage P in shared memory (two CTA barriers a tile);
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
-  ``waves``: the most waves of units the planner may cut a badly balanced batch into.
+  ``waves``: the most waves of units the planner may cut a badly balanced batch into, or 0: the
+  planner's spans rule (one wave of equal spans of the batch's tiles, crossing requests; the kernel
+  compiled with ``SPANS`` walks each span's segments).
 
 The output tile a warp holds is 16 * ROW_TILES x 512 / WARPS_N fp32: at most 128 registers per
 thread (``config_problems``). Needs sm_90 or newer (bulk copies with mbarrier transaction counts).
@@ -57,7 +59,8 @@ DEFAULT_CONFIGS = {
                "SPLIT_K": 1, "kv_splits": 0, "waves": 2},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
-# Both hand-off schemes, one and many splits, 16- to 64-token tiles, two CTAs per SM.
+# Both hand-off schemes, one and many splits, 16- to 64-token tiles, two CTAs per SM; the spans walk
+# (waves 0) with each hand-off scheme, its ring's phases running on across segments.
 CHECK_CONFIGS = (
     {**DEFAULT_CONFIGS["sm_120"], "kv_splits": 3},
     {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "kv_splits": 0},
@@ -65,6 +68,8 @@ CHECK_CONFIGS = (
     {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 2, "MIN_BLOCKS": 2, "PRODUCER": 0, "SPLIT_K": 0, "kv_splits": 1},
     {"WARPS_M": 2, "WARPS_N": 4, "BLOCK_N": 32, "STAGES": 3, "SPLIT_K": 1, "kv_splits": 2},
     {"WARPS_M": 4, "BLOCK_N": 32, "STAGES": 3, "SPLIT_K": 0, "kv_splits": 0},
+    {**DEFAULT_CONFIGS["sm_120"], "waves": 0},
+    {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "PRODUCER": 0, "SPLIT_K": 0, "kv_splits": 0, "waves": 0},
 )
 
 
@@ -137,7 +142,14 @@ def split_rule(config: dict) -> dict:
 def complete_config(config: dict, shape: ProblemShape) -> dict:
     """Check the config against the kernel's rules and the GPU; ``kv_splits`` 0 is the planner's."""
     check_config(config_problems(config), smem_bytes(config), shape)
-    return planner.check_plan_config(config)
+    return planner.check_plan_config(config, spans=True)
+
+
+def macros(config: dict) -> dict:
+    """The kernel's compile-time macros: the tunables, and ``SPANS`` where the plan is the spans rule
+    (named only then, so a units config compiles exactly as before the spans walk)."""
+    spans = config.get("kv_splits", 0) == 0 and config.get("waves") == planner.SPANS
+    return {**{k: config[k] for k in MACROS}, **({"SPANS": 1} if spans else {})}
 
 
 @lru_cache(maxsize=None)
@@ -147,8 +159,8 @@ def _zero_row(dtype: torch.dtype, device_index: int) -> torch.Tensor:
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
-    """Plan on the device, launch the kernel over the plan's units, then the shared combine unless
-    kv_splits = 1; ``out`` written in place."""
+    """Plan on the device, launch the kernel over the plan's units (or spans), then the shared combine
+    unless kv_splits = 1; ``out`` written in place."""
     import cupy
     import numpy as np
 
@@ -160,7 +172,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
                                  ctas_per_sm=split_rule(config)["ctas_per_sm"], waves=config["waves"])
     plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
     device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    (kernel,) = compiled_functions(SOURCE, ("verify_ws",), tuple((k, config[k]) for k in MACROS), q.dtype == torch.float16,
+    (kernel,) = compiled_functions(SOURCE, ("verify_ws",), tuple(macros(config).items()), q.dtype == torch.float16,
                                    device_index)
     shared = smem_bytes(config)
     if kernel.max_dynamic_shared_size_bytes < shared:
@@ -169,7 +181,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     i32, i64, ptr = np.int32, np.int64, np.uint64
     stream = external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
     with cupy.cuda.Device(device_index):
-        kernel((row_blocks, bounds.max_units), (threads(config),), (
+        kernel((row_blocks, bounds.grid), (threads(config),), (
             ptr(q.data_ptr()), ptr(kv_cache.data_ptr()), ptr(block_table.data_ptr()), ptr(prefix_lens.data_ptr()),
             ptr(tree_mask.data_ptr()), ptr(out.data_ptr()), ptr(partial_out.data_ptr()), ptr(partial_lse.data_ptr()),
             i64(q.stride(0)), i64(q.stride(1)), i64(q.stride(2)),
@@ -210,5 +222,5 @@ def kernel_specs(config: dict):
     """What `vk static` compiles for ``config`` with nvcc (the combine is the shared Triton one)."""
     from .kernel_spec import CudaKernelSpec
 
-    return [CudaKernelSpec("verify_ws", SOURCE, {k: config[k] for k in MACROS}, dynamic_smem=smem_bytes(config),
+    return [CudaKernelSpec("verify_ws", SOURCE, macros(config), dynamic_smem=smem_bytes(config),
                            threads=threads(config))]

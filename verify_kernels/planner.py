@@ -30,7 +30,8 @@ Three rules fill it:
   numbered in order, are the units: each writes its own partial rows and a request's are contiguous
   (split_start), so the combine is the same. The kernel finds its segments with ``cta_range`` /
   ``segment_at``'s arithmetic (``reference_segments`` states it): segment ids are ranks among the
-  span starts and the request starts that are not span starts. Needs a kernel that walks segments;
+  span starts and the request starts that are not span starts. Needs a kernel that walks segments
+  (``gluon_wgmma_ws``; ``cuda_ws`` compiled with ``SPANS``);
 - fixed (``kv_splits`` = N > 0): N splits per request of ceil(capacity / N) positions (the block
   table's capacity), as before the planner; a tuned config that names a split count keeps it.
 A kernel that cuts its own splits (``gluon_wgmma``) hands the combine ``fixed_plan``: the same layout.
@@ -107,7 +108,7 @@ def check_plan_config(config: dict, *, spans: bool = False) -> dict:
     lowest = 0 if spans else 1
     if not lowest <= config.get("waves", 1) <= MAX_WAVES:
         raise ValueError(f"config: waves must be {lowest}..{MAX_WAVES}"
-                         + (" (0, the spans rule, needs a kernel that walks segments: gluon_wgmma_ws)" if not spans else "")
+                         + (" (0, the spans rule, needs a kernel that walks segments: gluon_wgmma_ws, cuda_ws)" if not spans else "")
                          + f", got {config['waves']}")
     return config
 
@@ -213,8 +214,10 @@ def reference_plan(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) 
     if bounds.spans:  # a request's first unit: the spans before it, and the request starts inside spans
         span = max(bounds.min_chunk // bounds.block_n, -(-sum(tiles) // bounds.spans))
         tile_start = reference_tile_starts(prefix_lens, tree_nodes, bounds.block_n)
-        return ([-(-t // span) + sum(1 for inner in tile_start[1:b] if inner % span) for b, t in enumerate(tile_start)],
-                span * bounds.block_n)
+        inner_before = [0, 0]  # request starts strictly inside a span, before request b (b = 0, 1, ...)
+        for start in tile_start[1:-1]:
+            inner_before.append(inner_before[-1] + (start % span != 0))
+        return [-(-t // span) + inner for t, inner in zip(tile_start, inner_before)], span * bounds.block_n
     if bounds.fixed_splits:
         splits = [bounds.fixed_splits] * len(prefix_lens)
         chunk = bounds.fixed_chunk

@@ -86,7 +86,7 @@ def test_spans_give_every_cta_of_a_ragged_batch_the_same_work():
 
 def test_the_spans_rule_needs_a_kernel_that_walks_segments():
     planner.check_plan_config({"kv_splits": 0, "waves": planner.SPANS}, spans=True)
-    with pytest.raises(ValueError, match="waves must be 1..16 .*gluon_wgmma_ws.*got 0"):
+    with pytest.raises(ValueError, match="waves must be 1..16 .*gluon_wgmma_ws, cuda_ws.*got 0"):
         planner.check_plan_config({"kv_splits": 0, "waves": planner.SPANS})
 
 
@@ -98,9 +98,11 @@ def _every_slot_finite(problem):
     return q, kv, table, lens, mask
 
 
-@pytest.mark.parametrize("variant", ["triton_splitkv", "gluon_wgmma_ws", "cuda_ws", "cuda_qreg"])
+@pytest.mark.parametrize("variant, config", [("triton_splitkv", None), ("gluon_wgmma_ws", None), ("cuda_ws", None),
+                                             ("cuda_ws", {"waves": planner.SPANS}), ("cuda_qreg", None)],
+                         ids=["triton_splitkv", "gluon_wgmma_ws", "cuda_ws", "cuda_ws-spans", "cuda_qreg"])
 @pytest.mark.gpu
-def test_a_graph_replayed_with_new_prefix_lengths_stays_right(variant):
+def test_a_graph_replayed_with_new_prefix_lengths_stays_right(variant, config):
     """Capture once at one set of lengths, then write longer and shorter ones into the same tensor
     (the table holds them all) and replay: every replay matches the oracle at its lengths."""
     module = variants.load_variant(variant)
@@ -114,7 +116,7 @@ def test_a_graph_replayed_with_new_prefix_lengths_stays_right(variant):
     q, kv, table, lens, mask = _every_slot_finite(problem)
     out = torch.empty(*q.shape[:3], 512, dtype=q.dtype, device="cuda")
     graph = capture_graph(lambda: verify_attention(q, kv, table, lens, mask, **problem.kwargs(), variant=variant,
-                                                   out=out, validate=False))
+                                                   config=config, out=out, validate=False))
     capacity = table.shape[1] * kv.shape[1] - q.shape[1]
     for new in ([3000, 17, 900], [capacity, 0, 5], [1, 2, 3], [100, capacity, capacity // 2]):
         lens.copy_(torch.tensor(new, dtype=torch.int32))

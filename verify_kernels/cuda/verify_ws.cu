@@ -5,7 +5,11 @@
 // CTA: ROWS = 16 * ROW_TILES * WARPS_M query rows (row r = node * H + head of one request) against
 // one unit of the plan (verify_kernels/planner.py: a request and a range of its positions, read from
 // `plan` on the device), walked in tiles of BLOCK_N tokens. Grid (row blocks, units bound); a CTA
-// past the plan's units returns at once.
+// past the plan's units returns at once. With SPANS = 1 (the planner's spans rule) the grid is
+// (row blocks, spans) and CTA c owns the batch's tiles [c * span, (c + 1) * span) laid end to end,
+// walked as segments (its range's part in one request, each a unit of the plan): per segment the
+// consumers load that request's Q rows, run the same tile loop and write that unit's output; the
+// ring's slots and mbarrier phases run on across segments.
 //   warp CONSUMERS (the last), with PRODUCER = 1: the producer. It only moves KV rows into a
 //     STAGES-deep ring: one 1152-byte cp.async.bulk per token row, completing on the slot's `full`
 //     mbarrier; rows past the sequence are copied from a global row of zeros (NaN in unused pool
@@ -56,6 +60,9 @@
 #endif
 #ifndef SPLIT_K
 #define SPLIT_K 1
+#endif
+#ifndef SPANS
+#define SPANS 0
 #endif
 #include "mma_sync.cuh"
 
@@ -152,11 +159,12 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // One warp's copies of tile `tile` into its ring slot: rows [start + tile * BLOCK_N, +BLOCK_N) of
 // the request, one cp.async.bulk per row completing on full[slot] (32 lane arrivals, each with its
 // bytes); rows past the sequence are copied from `zero_row` (576 zeros in global memory), so every
-// write to the ring goes through the async proxy and is ordered by the mbarrier alone.
+// write to the ring goes through the async proxy and is ordered by the mbarrier alone. `ring`: the
+// tiles the CTA's ring carried before this segment's (SPANS; 0 for a unit).
 __device__ __forceinline__ void issue_tile(elem_t* kv_s, unsigned long long* full, const elem_t* kv,
                                            const elem_t* zero_row, const int* table, int page_size, int start,
-                                           int seq_len, int tile, int lane) {
-  const int slot = tile % STAGES;
+                                           int seq_len, int tile, int ring, int lane) {
+  const int slot = (ring + tile) % STAGES;
   elem_t* dst = kv_s + slot * BLOCK_N * SMEM_STRIDE;
   const int tile_start = start + tile * BLOCK_N;
   const unsigned rows = lane < BLOCK_N ? (BLOCK_N - lane + 31) / 32 : 0;  // rows lane, lane + 32, ...
@@ -174,13 +182,15 @@ __device__ __forceinline__ void issue_tile(elem_t* kv_s, unsigned long long* ful
   }
 }
 
-// The producer warp (PRODUCER = 1): every tile, once the consumers have released its slot.
+// The producer warp (PRODUCER = 1): every tile of a unit or segment, once the consumers have
+// released its slot (`ring`: as in issue_tile).
 __device__ __forceinline__ void produce(elem_t* kv_s, unsigned long long* full, unsigned long long* empty,
                                         const elem_t* kv, const elem_t* zero_row, const int* table, int page_size, int start, int seq_len,
-                                        int num_tiles, int lane) {
+                                        int num_tiles, int ring, int lane) {
   for (int tile = 0; tile < num_tiles; ++tile) {
-    if (tile >= STAGES) mbar_wait(&empty[tile % STAGES], ((tile / STAGES) & 1) ^ 1);
-    issue_tile(kv_s, full, kv, zero_row, table, page_size, start, seq_len, tile, lane);
+    const int used = ring + tile;  // the ring's tiles before this one
+    if (used >= STAGES) mbar_wait(&empty[used % STAGES], ((used / STAGES) & 1) ^ 1);
+    issue_tile(kv_s, full, kv, zero_row, table, page_size, start, seq_len, tile, ring, lane);
   }
 }
 
@@ -197,6 +207,27 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   float* red_max = reinterpret_cast<float*>(p_s) + (SPLIT_K ? CONSUMERS * ROWS * BLOCK_N / WARPS_M : ROWS * P_STRIDE / 2);
   float* red_sum = red_max + WARPS_N * ROWS;
 
+#if SPANS
+  const int row_block = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int num_rows = tree_nodes * heads;
+  const int row0 = row_block * ROWS;
+  // The CTA's range [begin, end_tile) of the batch's tiles (plan[batch + 2 + b]: the tiles before
+  // request b; plan[2 batch + 2]: all), its first request and its first segment's unit: the span
+  // starts before it plus the requests that start strictly inside an earlier span (planner.py's
+  // spans rule). Each warp counts with ballots, 32 requests a step, so the counts are warp-uniform.
+  const int span = plan[batch + 1] / BLOCK_N, total = plan[2 * batch + 2];
+  const int begin = min(blockIdx.y * span, total), end_tile = min(begin + span, total);
+  if (begin >= end_tile) return;  // a span past the batch's tiles: the whole CTA
+  int first_unit = blockIdx.y, first_request = 0;
+  for (int step = 0; step < batch; step += 32) {
+    const int other = step + lane;
+    const bool inner = other >= 1 && other < batch;
+    const int other_start = inner ? plan[batch + 2 + other] : 0;
+    first_unit += __popc(__ballot_sync(0xffffffff, inner && other_start < begin && other_start % span != 0));
+    first_request += __popc(__ballot_sync(0xffffffff, inner && other_start <= begin));
+  }
+#else
   // The plan: plan[0..batch] the first unit of each request (plan[batch]: all units), plan[batch + 1]
   // the chunk of positions per unit.
   const int row_block = blockIdx.x, unit = blockIdx.y;
@@ -218,6 +249,7 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   const int end = min(start + chunk, seq_len);
   const int* table = block_table + (long long)b * stride_table_b;
   const int num_tiles = end > start ? (end - start + BLOCK_N - 1) / BLOCK_N : 0;
+#endif
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -229,17 +261,47 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   __syncthreads();
 
   if (PRODUCER && warp == CONSUMERS) {
-    produce(kv_s, full, empty, kv, zero_row, table, page_size, start, seq_len, num_tiles, lane);
+#if SPANS
+    for (int position = begin, b = first_request, ring = 0; position < end_tile; ++b) {
+      const int stop = min(end_tile, plan[batch + 3 + b]);
+      produce(kv_s, full, empty, kv, zero_row, block_table + (long long)b * stride_table_b, page_size,
+              (position - plan[batch + 2 + b]) * BLOCK_N, prefix_lens[b] + tree_nodes, stop - position, ring, lane);
+      ring += stop - position;
+      position = stop;
+    }
+#else
+    produce(kv_s, full, empty, kv, zero_row, table, page_size, start, seq_len, num_tiles, 0, lane);
+#endif
     return;
   }
+#if !SPANS
   if (!PRODUCER && warp == 0) {  // without a producer warp, consumer warp 0 fills the ring ahead
     for (int tile = 0; tile < STAGES && tile < num_tiles; ++tile)
-      issue_tile(kv_s, full, kv, zero_row, table, page_size, start, seq_len, tile, lane);
+      issue_tile(kv_s, full, kv, zero_row, table, page_size, start, seq_len, tile, 0, lane);
   }
+#endif
 
   // ---- consumers ----
   const int wm = warp / WARPS_N, wn = warp % WARPS_N;
   const int g = lane / 4, t = lane % 4;
+#if SPANS
+  // One pass of the code below per segment, in order: request first_request from tile begin, then
+  // each next request from its first tile, until end_tile; the k-th segment is unit first_unit + k.
+  for (int position = begin, segment = 0, ring = 0; position < end_tile; ++segment) {
+  const int b = first_request + segment, unit = first_unit + segment, splits = plan[b + 1] - plan[b];
+  const int prefix_len = prefix_lens[b];
+  const int seq_len = prefix_len + tree_nodes;
+  const int stop = min(end_tile, plan[batch + 3 + b]);
+  const int start = (position - plan[batch + 2 + b]) * BLOCK_N, num_tiles = stop - position;
+  const int* table = block_table + (long long)b * stride_table_b;
+  if (segment > 0) consumer_sync();  // every consumer is done with the last segment's Q, slots and sums
+  if (!PRODUCER && warp == 0) {  // without a producer warp, consumer warp 0 fills the ring ahead
+    for (int tile = 0; tile < STAGES && tile < num_tiles; ++tile)
+      issue_tile(kv_s, full, kv, zero_row, table, page_size, start, seq_len, tile, ring, lane);
+  }
+#else
+  constexpr int ring = 0;  // the ring's tiles before this unit's
+#endif
 
   // Q rows of this block (zero past the last row).
   for (int idx = threadIdx.x; idx < ROWS * CHUNKS_PER_ROW; idx += CONSUMER_THREADS) {
@@ -274,8 +336,8 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
     }
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    const int slot = tile % STAGES;
-    mbar_wait(&full[slot], (tile / STAGES) & 1);
+    const int slot = (ring + tile) % STAGES;
+    mbar_wait(&full[slot], ((ring + tile) / STAGES) & 1);
     const elem_t* k_tile = kv_s + slot * BLOCK_N * SMEM_STRIDE;
     const int tile_start = start + tile * BLOCK_N;
 
@@ -406,7 +468,7 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
       consumer_sync();
       // Every consumer is past tile - 1's P V: without a producer warp, refill its slot now.
       if (!PRODUCER && warp == 0 && tile >= 1 && tile - 1 + STAGES < num_tiles)
-        issue_tile(kv_s, full, kv, zero_row, table, page_size, start, seq_len, tile - 1 + STAGES, lane);
+        issue_tile(kv_s, full, kv, zero_row, table, page_size, start, seq_len, tile - 1 + STAGES, ring, lane);
 #pragma unroll
       for (int rt = 0; rt < ROW_TILES; ++rt)
 #pragma unroll
@@ -533,4 +595,9 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
         if (wn == 0 && t == 0) partial_lse[partial_row] = l > 0.f ? (m_run[rt][half] + log2f(l)) * LN2 : NEG_INF;
       }
     }
+#if SPANS
+  ring += num_tiles;
+  position = stop;
+  }  // the segment loop
+#endif
 }
