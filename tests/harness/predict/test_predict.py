@@ -303,7 +303,8 @@ def test_a_predicted_pick_replaces_the_default_only_beyond_the_fits_held_out_err
 
 def test_a_fit_and_a_predicted_table_read_the_variant_only_through_the_resolved_target(tmp_path, monkeypatch):
     """issue 36: vk predict-fit resolves the variant once per arch (module, space, kernel source hash,
-    defaults) and passes the object down; the fit, its validation and the predicted table read none again."""
+    defaults) and passes the object down; the fit, its validation and the predicted table read none again.
+    The static model's cache is filled first: a config it has not compiled is compiled by name."""
     from pathlib import Path
 
     from harness.predict.fit import fit, measured_points, split_configs, validate
@@ -311,6 +312,8 @@ def test_a_fit_and_a_predicted_table_read_the_variant_only_through_the_resolved_
     from harness.predict.report import predicted_space
     from harness.static import space as space_module
     from verify_kernels import variants
+
+    space_module.static_feasibility(WS_120, progress=False)
 
     source = Path(__file__).resolve().parents[3] / "results" / "bench" / "cuda_ws-side-by-side-nvidia-h200.jsonl"
 
