@@ -24,14 +24,14 @@
 # (<commit>: VK_GIT_COMMIT's first 7 characters: each kernel's records apart, and --resume never skips a point
 # because an earlier kernel measured it.)
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
-# Usage (repository root): bash scripts/gpu_scheduler.sh SECONDS STEP[:SECONDS]...
+# Usage (repository root): [PEERS=...] bash scripts/gpu_scheduler.sh SECONDS STEP[:SECONDS]...
 . scripts/gpu_env.sh
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
 . scripts/gpu_peers_env.sh
 records="results/bench/scheduler-$sku.jsonl"; mkdir -p results/bench results/report results/check
 at="at-$(echo "${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | cut -c1-7)"
 ours="gluon_wgmma_ws cuda_ws triton_splitkv"
-peers="flash_mla flashinfer_fa3 flashinfer_fa2"
+peers=${PEERS-flash_mla flashinfer_fa3 flashinfer_fa2}  # PEERS=flash_mla: no FlashInfer JIT (a cold cache costs minutes)
 bench() {  # the shape flags of one group of points
   bench_chain "$(left)" "$records" --variants $ours --peers $peers "$@"
   tail -n 3 "${records%.jsonl}.txt"
