@@ -4,6 +4,7 @@
     python scripts/kernel_ptx_digest.py > after.json    # at another
     diff before.json after.json                          # empty: the same PTX at every config
     python scripts/kernel_ptx_digest.py --tuned T.yaml --restamp before.json   # then re-stamp T's records
+    python scripts/kernel_ptx_digest.py --variants cuda_ws ...                  # one variant's kernels only
 
 ``--restamp`` gives a tuned table's records the current kernel source hash where every kernel of the
 record's config compiles to the same PTX now as in ``before.json`` (a digest made at the records'
@@ -71,6 +72,7 @@ def main() -> None:
     parser.add_argument("--restamp", type=Path, help="a digest JSON made at the tuned records' source")
     parser.add_argument("--arches", nargs="+", default=["sm_90", "sm_120"],
                         help="archs to compile for (those of the digest compared against)")
+    parser.add_argument("--variants", nargs="+", help="only these variants (default: every variant)")
     args = parser.parse_args()
     import yaml
 
@@ -81,7 +83,7 @@ def main() -> None:
         for record in (yaml.safe_load(path.read_text()) or {}).values():
             tuned.setdefault(record["variant"], []).append(record["config"])
     digests = {}
-    for name in variants.VARIANTS:
+    for name in args.variants or variants.VARIANTS:
         module = variants.load_variant(name)
         arches = [arch for arch in args.arches if not variants.optional(module, "offline_arch_problem")(arch)]
         base = dict(module.DEFAULT_CONFIG)
@@ -114,6 +116,8 @@ def restamp(tables: list[Path], before: dict, after: dict, before_path: Path) ->
             base = dict(variants.load_variant(record["variant"]).DEFAULT_CONFIG)
             prefix = f"{record['variant']}|"
             config = json.dumps({**base, **record["config"]}, sort_keys=True)
+            if not any(k.startswith(prefix) for k in after):
+                continue  # a variant this digest did not compile (--variants)
             mine = [k for k in after if k.startswith(prefix) and k.split("|")[2] == config]
             same = bool(mine) and all(before.get(k) == after[k] for k in mine)
             current = kernel_source_hash(record["variant"])

@@ -194,6 +194,16 @@ __device__ __forceinline__ void produce(elem_t* kv_s, unsigned long long* full, 
   }
 }
 
+// SPANS: request b's segment of a CTA's range, from the range's tile `position` (plan[batch + 2 + b]:
+// the batch's tiles before request b) up to the request's end or `end_tile`: its first position in
+// the request and its tiles. The producer and the consumers walk the same segments with it.
+struct Segment {
+  int start, num_tiles;
+};
+__device__ __forceinline__ Segment segment_at(const int* plan, int batch, int b, int position, int end_tile) {
+  return {(position - plan[batch + 2 + b]) * BLOCK_N, min(end_tile, plan[batch + 3 + b]) - position};
+}
+
 extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem_raw);
@@ -263,11 +273,11 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   if (PRODUCER && warp == CONSUMERS) {
 #if SPANS
     for (int position = begin, b = first_request, ring = 0; position < end_tile; ++b) {
-      const int stop = min(end_tile, plan[batch + 3 + b]);
-      produce(kv_s, full, empty, kv, zero_row, block_table + (long long)b * stride_table_b, page_size,
-              (position - plan[batch + 2 + b]) * BLOCK_N, prefix_lens[b] + tree_nodes, stop - position, ring, lane);
-      ring += stop - position;
-      position = stop;
+      const Segment seg = segment_at(plan, batch, b, position, end_tile);
+      produce(kv_s, full, empty, kv, zero_row, block_table + (long long)b * stride_table_b, page_size, seg.start,
+              prefix_lens[b] + tree_nodes, seg.num_tiles, ring, lane);
+      ring += seg.num_tiles;
+      position += seg.num_tiles;
     }
 #else
     produce(kv_s, full, empty, kv, zero_row, table, page_size, start, seq_len, num_tiles, 0, lane);
@@ -291,8 +301,8 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   const int b = first_request + segment, unit = first_unit + segment, splits = plan[b + 1] - plan[b];
   const int prefix_len = prefix_lens[b];
   const int seq_len = prefix_len + tree_nodes;
-  const int stop = min(end_tile, plan[batch + 3 + b]);
-  const int start = (position - plan[batch + 2 + b]) * BLOCK_N, num_tiles = stop - position;
+  const Segment seg = segment_at(plan, batch, b, position, end_tile);
+  const int start = seg.start, num_tiles = seg.num_tiles;
   const int* table = block_table + (long long)b * stride_table_b;
   if (segment > 0) consumer_sync();  // every consumer is done with the last segment's Q, slots and sums
   if (!PRODUCER && warp == 0) {  // without a producer warp, consumer warp 0 fills the ring ahead
@@ -597,7 +607,7 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
     }
 #if SPANS
   ring += num_tiles;
-  position = stop;
+  position += num_tiles;
   }  // the segment loop
 #endif
 }
