@@ -148,8 +148,7 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
 def macros(config: dict) -> dict:
     """The kernel's compile-time macros: the tunables, and ``SPANS`` where the plan is the spans rule
     (named only then, so a units config compiles exactly as before the spans walk)."""
-    spans = config.get("kv_splits", 0) == 0 and config.get("waves") == planner.SPANS
-    return {**{k: config[k] for k in MACROS}, **({"SPANS": 1} if spans else {})}
+    return {**{k: config[k] for k in MACROS}, **({"SPANS": 1} if planner.walks_spans(config) else {})}
 
 
 @lru_cache(maxsize=None)

@@ -100,6 +100,12 @@ def plan_bounds(*, batch: int, row_blocks: int, capacity: int, block_n: int, sms
                       block_n)
 
 
+def walks_spans(config: dict) -> bool:
+    """Whether ``config`` plans by the spans rule (``kv_splits`` 0, ``waves`` 0). A kernel that walks
+    segments compiles another program for it (its ``SPANS``), so this is a compile-time fact too."""
+    return config.get("kv_splits", 0) == 0 and config.get("waves") == SPANS
+
+
 def check_plan_config(config: dict, *, spans: bool = False) -> dict:
     """A variant's planner keys: ``kv_splits`` 0 (balanced) or 1..MAX_KV_SPLITS (fixed), ``waves``
     1..MAX_WAVES, or 0 (spans) where the variant walks segments (``spans`` True)."""

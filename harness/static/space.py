@@ -34,8 +34,6 @@ from verify_kernels.cupy_launch import included_headers
 SPACES_DIR = search_spaces.SPACES_DIR
 STATIC_CACHE_DIR = results_dir() / "static"
 _EXPRESSION_NAMES = {"min": min, "max": max}
-# Tunables that change only the launch, not the compiled kernel's resources.
-LAUNCH_ONLY = ("kv_splits", "waves")
 
 
 @dataclass
@@ -216,7 +214,13 @@ def compiler_versions() -> str:
 
 
 def _compile_key(config: dict) -> str:
-    return json.dumps({k: v for k, v in sorted(config.items()) if k not in LAUNCH_ONLY})
+    """The static cache's key of a config: its compiled tunables (the planner's keys, launch parameters,
+    dropped), and ``"spans": true`` where it plans by the spans rule, which the segment-walking kernels
+    compile apart."""
+    from verify_kernels import planner  # Triton: not for the CLIs that import this module
+
+    key = {k: v for k, v in config.items() if k not in planner.PLAN_KEYS}
+    return json.dumps({**key, "spans": True} if planner.walks_spans(config) else key, sort_keys=True)
 
 
 def static_feasibility(target: VariantOnArch, progress: bool = True) -> list[Candidate]:
@@ -228,6 +232,7 @@ def static_feasibility(target: VariantOnArch, progress: bool = True) -> list[Can
     """
     from tqdm import tqdm
 
+    from verify_kernels import planner
 
     variant, arch = target.name, target.arch
     cache_path = STATIC_CACHE_DIR / f"{variant}-{arch}.json"
@@ -240,7 +245,8 @@ def static_feasibility(target: VariantOnArch, progress: bool = True) -> list[Can
     to_compile = sorted({_compile_key(c.config) for c in result if c.feasible} - set(cache["rows"]))
     for key in tqdm(to_compile, desc=f"static {variant} {arch}", unit="config", disable=not progress):
         config = json.loads(key)
-        config.update({name: 0 for name in LAUNCH_ONLY if name in result[0].config})
+        plan = {"kv_splits": 0, "waves": planner.SPANS if config.pop("spans", False) else 1}  # planned, that rule
+        config.update({name: value for name, value in plan.items() if name in result[0].config})
         (row,) = static_rows(variant, arch, [config])[:1]
         cache["rows"][key] = {k: row.get(k) for k in ("registers", "spill_store_bytes", "spill_load_bytes",
                                                       "shared_bytes", "blocks_per_sm", "occupancy", "limiter",

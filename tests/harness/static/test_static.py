@@ -160,3 +160,27 @@ def test_one_wave_split_choice():
     assert choose_kv_splits(shape(256, batch=5), 64, 64, 132, **wave) == 1
     assert choose_kv_splits(shape(64, pages=8), 64, 64, 132, **wave) == 2  # 512 positions / 256
     assert choose_kv_splits(shape(64), 64, 64, 132) == 64                # the default: ceil(264 / 8) -> 64
+
+
+def test_the_static_cache_keys_the_spans_rule_apart(tmp_path, monkeypatch):
+    """kv_splits and waves only launch, but the spans rule (both 0) compiles another kernel (SPANS):
+    its cache row is its own, compiled at waves 0; every units rule shares one, compiled at waves 1."""
+    from harness.static import space
+    from verify_kernels import planner
+
+    units = {"BLOCK_N": 32, "kv_splits": 0, "waves": 2}
+    key = space._compile_key
+    assert key(units) == key({**units, "waves": 1}) == key({**units, "kv_splits": 8, "waves": 0})
+    assert key({**units, "waves": 0}) != key(units)
+
+    compiled = []
+    row = {"registers": 1, "spill_store_bytes": 0, "spill_load_bytes": 0, "shared_bytes": 1, "blocks_per_sm": 1,
+           "occupancy": 0.1, "limiter": "", "feasible": True, "reason": ""}
+    monkeypatch.setattr(space, "STATIC_CACHE_DIR", tmp_path)
+    monkeypatch.setattr(space, "static_rows", lambda variant, arch, configs: compiled.extend(configs) or [row])
+    target = space.resolve("gluon_wgmma_ws", "sm_90")
+    result = space.static_feasibility(target, progress=False)
+    spans = {key(c.config) for c in result if c.feasible and planner.walks_spans(c.config)}
+    assert spans and len(spans) < len({key(c.config) for c in result if c.feasible}), "both rules in the space"
+    assert {key(c) for c in compiled if planner.walks_spans(c)} == spans
+    assert all(c["kv_splits"] == 0 and c["waves"] in (planner.SPANS, 1) for c in compiled), compiled
