@@ -21,7 +21,7 @@ from harness.measure.inputs import InputError
 from harness.measure.optuna_storage import load_study
 from harness.measure.records import read_records
 from harness.static.resources import static_rows
-from harness.static.space import STATIC_CACHE_DIR, VariantOnArch, _compile_key
+from harness.static.space import VariantOnArch, _compile_key, static_cache
 from verify_kernels.planner import PLAN_KEYS
 
 from .model import parameters_for, predict, tile_work_of
@@ -32,10 +32,8 @@ SEARCH = {"tensor_efficiency": (0.2, 1.0), "smem_efficiency": (0.2, 1.0), "satur
 
 def blocks_per_sm(target: VariantOnArch, config: dict) -> int:
     """CTAs per SM of ``config`` on the target's arch from the static model's cache (``vk static --space``
-    fills it), compiling if absent."""
-    path = STATIC_CACHE_DIR / f"{target.name}-{target.arch}.json"
-    rows = json.loads(path.read_text()).get("rows", {}) if path.exists() else {}
-    row = rows.get(_compile_key(config))
+    fills it) where it was made for this kernel, model and compilers, else compiled."""
+    row = static_cache(target)["rows"].get(_compile_key(config))
     if row is None:
         row = static_rows(target.name, target.arch, [config], allow_spills=target.spills_allowed)[0]
     return int(row.get("blocks_per_sm") or 0)

@@ -223,6 +223,20 @@ def _compile_key(config: dict) -> str:
     return json.dumps({**key, "spans": True} if planner.walks_spans(config) else key, sort_keys=True)
 
 
+def static_cache_path(target: VariantOnArch) -> Path:
+    return STATIC_CACHE_DIR / f"{target.name}-{target.arch}.json"
+
+
+def static_cache(target: VariantOnArch) -> dict:
+    """The static model's cache for the target: its hashes and ``rows`` (compile key -> resources); no
+    rows where the file was made for another kernel source, static model or compiler."""
+    path = static_cache_path(target)
+    cache = json.loads(path.read_text()) if path.exists() else {}
+    current = {"kernel_source_hash": target.source_hash, "static_model_hash": static_model_hash(),
+               "compilers": compiler_versions()}  # another Triton or nvcc allocates registers differently
+    return cache if all(cache.get(name) == value for name, value in current.items()) else {**current, "rows": {}}
+
+
 def static_feasibility(target: VariantOnArch, progress: bool = True) -> list[Candidate]:
     """Candidates checked by the static model, compiled once per compile-relevant config.
 
@@ -235,12 +249,8 @@ def static_feasibility(target: VariantOnArch, progress: bool = True) -> list[Can
     from verify_kernels import planner
 
     variant, arch = target.name, target.arch
-    cache_path = STATIC_CACHE_DIR / f"{variant}-{arch}.json"
-    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
-    current = {"kernel_source_hash": target.source_hash, "static_model_hash": static_model_hash(),
-               "compilers": compiler_versions()}  # another Triton or nvcc allocates registers differently
-    if any(cache.get(name) != value for name, value in current.items()):
-        cache = {**current, "rows": {}}
+    cache_path = static_cache_path(target)
+    cache = static_cache(target)
     result = candidates(target)
     to_compile = sorted({_compile_key(c.config) for c in result if c.feasible} - set(cache["rows"]))
     for key in tqdm(to_compile, desc=f"static {variant} {arch}", unit="config", disable=not progress):

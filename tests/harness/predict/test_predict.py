@@ -330,3 +330,20 @@ def test_a_fit_and_a_predicted_table_read_the_variant_only_through_the_resolved_
     table = predicted_space(WS_120, load_params("cuda_ws", "sm_90")["params"], "sm_90", tmp_path, margin=0.07)
     records = [json.loads(line) for line in (tmp_path / "cuda_ws-sm_120-predicted.jsonl").read_text().splitlines()]
     assert table.exists() and {r["kernel_source_hash"] for r in records} == {WS_120.source_hash}
+
+
+def test_blocks_per_sm_reads_only_a_cache_made_for_this_kernel(tmp_path, monkeypatch):
+    """A static cache row from another kernel source is not used: the config is compiled instead."""
+    from harness.predict import fit
+    from harness.static import space
+
+    target = resolve("cuda_ws", "sm_90")
+    config = dict(target.defaults)
+    row = {"blocks_per_sm": 7}
+    cache = {**space.static_cache(target), "rows": {space._compile_key(config): row}}
+    monkeypatch.setattr(space, "STATIC_CACHE_DIR", tmp_path)
+    monkeypatch.setattr(fit, "static_rows", lambda *args, **kwargs: [{"blocks_per_sm": 3}])
+    space.static_cache_path(target).write_text(json.dumps(cache))
+    assert blocks_per_sm(target, config) == 7
+    space.static_cache_path(target).write_text(json.dumps({**cache, "kernel_source_hash": "0" * 16}))
+    assert blocks_per_sm(target, config) == 3
