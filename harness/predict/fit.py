@@ -35,7 +35,7 @@ def blocks_per_sm(target: VariantOnArch, config: dict) -> int:
     fills it) where it was made for this kernel, model and compilers, else compiled."""
     row = static_cache(target)["rows"].get(_compile_key(config))
     if row is None:
-        row = static_rows(target.name, target.arch, [config], allow_spills=target.spills_allowed)[0]
+        row = static_rows(target, [config], allow_spills=target.spills_allowed)[0]
     return int(row.get("blocks_per_sm") or 0)
 
 

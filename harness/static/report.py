@@ -12,7 +12,8 @@ from harness.static.space import SPACES_DIR, resolve, static_feasibility
 
 def default_rows(variant: str, arch: str, configs: list[dict] | None = None) -> list[dict]:
     """``static_rows`` under the variant's search-space rule for spills on ``arch``."""
-    return static_rows(variant, arch, configs, allow_spills=resolve(variant, arch).spills_allowed)
+    target = resolve(variant, arch)
+    return static_rows(target, configs, allow_spills=target.spills_allowed)
 
 
 def format_rows(rows: list[dict]) -> str:

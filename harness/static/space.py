@@ -257,7 +257,7 @@ def static_feasibility(target: VariantOnArch, progress: bool = True) -> list[Can
         config = json.loads(key)
         plan = {"kv_splits": 0, "waves": planner.SPANS if config.pop("spans", False) else 1}  # planned, that rule
         config.update({name: value for name, value in plan.items() if name in result[0].config})
-        (row,) = static_rows(variant, arch, [config])[:1]
+        (row,) = static_rows(target, [config])[:1]
         cache["rows"][key] = {k: row.get(k) for k in ("registers", "spill_store_bytes", "spill_load_bytes",
                                                       "shared_bytes", "blocks_per_sm", "occupancy", "limiter",
                                                       "feasible", "reason")}

@@ -177,7 +177,7 @@ def test_the_static_cache_keys_the_spans_rule_apart(tmp_path, monkeypatch):
     row = {"registers": 1, "spill_store_bytes": 0, "spill_load_bytes": 0, "shared_bytes": 1, "blocks_per_sm": 1,
            "occupancy": 0.1, "limiter": "", "feasible": True, "reason": ""}
     monkeypatch.setattr(space, "STATIC_CACHE_DIR", tmp_path)
-    monkeypatch.setattr(space, "static_rows", lambda variant, arch, configs: compiled.extend(configs) or [row])
+    monkeypatch.setattr(space, "static_rows", lambda target, configs: compiled.extend(configs) or [row])
     target = space.resolve("gluon_wgmma_ws", "sm_90")
     result = space.static_feasibility(target, progress=False)
     spans = {key(c.config) for c in result if c.feasible and planner.walks_spans(c.config)}
