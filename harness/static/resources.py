@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from verify_kernels import variants
 
 from verify_kernels.kernel_spec import CudaKernelSpec
@@ -11,19 +9,17 @@ from verify_kernels.kernel_spec import CudaKernelSpec
 from harness.static import nvcc_compile, triton_compile
 from harness.static.occupancy import report
 
-if TYPE_CHECKING:
-    from harness.static.space import VariantOnArch
-
 
 def default_configs(variant: str, arch: str) -> dict:
     """The variant's default config on ``arch`` (``variants.defaults_for``)."""
     return variants.defaults_for(variants.load_variant(variant), arch)
 
 
-def static_rows(target: VariantOnArch, configs: list[dict] | None = None, *, allow_spills: bool = True) -> list[dict]:
-    """One row per (config, kernel) of the resolved target (``space.resolve``; its module and defaults,
-    read once): resources from the compiler, occupancy, feasibility. Whether spills disqualify is the
-    search space's rule for the arch (``target.spills_allowed``)."""
+def static_rows(target, configs: list[dict] | None = None, *, allow_spills: bool = True) -> list[dict]:
+    """One row per (config, kernel) of ``target``, a variant resolved for an arch (``space.VariantOnArch``,
+    not imported: space imports this module; its module and defaults are read once): resources from the
+    compiler, occupancy, feasibility. Whether spills disqualify is the search space's rule for the arch
+    (``target.spills_allowed``)."""
     module, arch = target.module, target.arch
     rows = []
     for config in configs or [target.defaults]:
