@@ -14,7 +14,9 @@ merged by the shared combine (split_combine.py). Tunables are compile-time macro
 - ``BLOCK_N``: KV tokens per tile; ``STAGES``: slots in the ring;
 - ``MIN_BLOCKS``: CTAs per SM the register allocation is bounded for;
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
-  ``waves``: the most waves of units the planner may cut a badly balanced batch into.
+  ``waves``: the most waves of units the planner may cut a badly balanced batch into, or 0 for the
+  spans rule (CTA ranges across requests; the kernel is then compiled with ``SPANS`` and walks each
+  span's segments).
 
 Needs sm_90 or newer (bulk copies with mbarrier transaction counts): sm_90 and sm_120.
 """
@@ -58,6 +60,8 @@ CHECK_CONFIGS = (
     {"WARPS_M": 1, "BLOCK_N": 16, "STAGES": 3, "kv_splits": 1},
     {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 2, "kv_splits": 7},
     {"WARPS_M": 1, "BLOCK_N": 64, "STAGES": 2, "kv_splits": 0},
+    {**DEFAULT_CONFIGS["sm_120"], "waves": 0},
+    {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0, "waves": 0},
 )
 
 
@@ -114,7 +118,13 @@ def split_rule(config: dict) -> dict:
 def complete_config(config: dict, shape: ProblemShape) -> dict:
     """Check the config against the kernel's rules and the GPU; ``kv_splits`` 0 is the planner's."""
     check_config(config_problems(config), smem_bytes(config), shape)
-    return planner.check_plan_config(config)
+    return planner.check_plan_config(config, spans=True)
+
+
+def macros(config: dict) -> dict:
+    """The kernel's compile-time macros: the tunables, and ``SPANS`` where the plan is the spans rule
+    (named only then, so a units config compiles exactly as before the spans walk)."""
+    return {**{k: config[k] for k in MACROS}, **({"SPANS": 1} if planner.walks_spans(config) else {})}
 
 
 @lru_cache(maxsize=None)
@@ -124,7 +134,7 @@ def _zero_row(dtype: torch.dtype, device_index: int) -> torch.Tensor:
 
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
-    """Plan on the device, launch the kernel over the plan's units, then the shared combine unless
+    """Plan on the device, launch the kernel over the plan's units (or spans), then the shared combine unless
     kv_splits = 1; ``out`` written in place."""
     import cupy
     import numpy as np
@@ -137,7 +147,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
                                  ctas_per_sm=split_rule(config)["ctas_per_sm"], waves=config["waves"])
     plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
     device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    (kernel,) = compiled_functions(SOURCE, ("verify_qreg",), tuple((k, config[k]) for k in MACROS),
+    (kernel,) = compiled_functions(SOURCE, ("verify_qreg",), tuple(macros(config).items()),
                                    q.dtype == torch.float16, device_index)
     shared = smem_bytes(config)
     if kernel.max_dynamic_shared_size_bytes < shared:
@@ -146,7 +156,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     i32, i64, ptr = np.int32, np.int64, np.uint64
     stream = external_stream(torch.cuda.current_stream(q.device).cuda_stream, device_index)
     with cupy.cuda.Device(device_index):
-        kernel((row_blocks, bounds.max_units), (threads(config),), (
+        kernel((row_blocks, bounds.grid), (threads(config),), (
             ptr(q.data_ptr()), ptr(kv_cache.data_ptr()), ptr(block_table.data_ptr()), ptr(prefix_lens.data_ptr()),
             ptr(tree_mask.data_ptr()), ptr(out.data_ptr()), ptr(partial_out.data_ptr()), ptr(partial_lse.data_ptr()),
             i64(q.stride(0)), i64(q.stride(1)), i64(q.stride(2)),
@@ -185,5 +195,5 @@ def kernel_specs(config: dict):
     """What `vk static` compiles for ``config`` with nvcc (the combine is the shared Triton one)."""
     from .kernel_spec import CudaKernelSpec
 
-    return [CudaKernelSpec("verify_qreg", SOURCE, {k: config[k] for k in MACROS}, dynamic_smem=smem_bytes(config),
+    return [CudaKernelSpec("verify_qreg", SOURCE, macros(config), dynamic_smem=smem_bytes(config),
                            threads=threads(config))]

@@ -31,7 +31,7 @@ Three rules fill it:
   (split_start), so the combine is the same. The kernel finds its segments with ``cta_range`` /
   ``segment_at``'s arithmetic (``reference_segments`` states it): segment ids are ranks among the
   span starts and the request starts that are not span starts. Needs a kernel that walks segments
-  (``gluon_wgmma_ws``; ``cuda_ws`` compiled with ``SPANS``);
+  (``gluon_wgmma_ws``; ``cuda_ws`` and ``cuda_qreg`` compiled with ``SPANS``);
 - fixed (``kv_splits`` = N > 0): N splits per request of ceil(capacity / N) positions (the block
   table's capacity), as before the planner; a tuned config that names a split count keeps it.
 A kernel that cuts its own splits (``gluon_wgmma``) hands the combine ``fixed_plan``: the same layout.
@@ -114,7 +114,7 @@ def check_plan_config(config: dict, *, spans: bool = False) -> dict:
     lowest = 0 if spans else 1
     if not lowest <= config.get("waves", 1) <= MAX_WAVES:
         raise ValueError(f"config: waves must be {lowest}..{MAX_WAVES}"
-                         + (" (0, the spans rule, needs a kernel that walks segments: gluon_wgmma_ws, cuda_ws)" if not spans else "")
+                         + (" (0, the spans rule, needs a kernel that walks segments: gluon_wgmma_ws, cuda_ws, cuda_qreg)" if not spans else "")
                          + f", got {config['waves']}")
     return config
 

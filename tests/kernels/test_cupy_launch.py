@@ -6,17 +6,20 @@ import subprocess
 
 import pytest
 
-from verify_kernels import cuda_coalesced, cuda_ws
+from verify_kernels import cuda_coalesced, cuda_qreg, cuda_ws
 from verify_kernels.cupy_launch import included_headers, inlined_source
 
+RING_AND_PLAN = ["mma_sync.cuh", "kv_ring.cuh", "plan_walk.cuh"]
 
-@pytest.mark.parametrize("module", [cuda_coalesced, cuda_ws], ids=["cuda_coalesced", "cuda_ws"])
-def test_local_headers_are_inlined(module):
+
+@pytest.mark.parametrize("module, names", [(cuda_coalesced, ["mma_sync.cuh"]), (cuda_ws, RING_AND_PLAN),
+                                           (cuda_qreg, RING_AND_PLAN)], ids=["cuda_coalesced", "cuda_ws", "cuda_qreg"])
+def test_local_headers_are_inlined(module, names):
     headers = included_headers(module.SOURCE)
-    assert [h.name for h in headers] == ["mma_sync.cuh"]
+    assert [h.name for h in headers] == names
     text = inlined_source(module.SOURCE)
     assert '#include "' not in text
-    assert headers[0].read_text() in text and "mma_16816" in text
+    assert all(header.read_text() in text for header in headers) and "mma_16816" in text
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (CI has it)")

@@ -99,8 +99,10 @@ def _every_slot_finite(problem):
 
 
 @pytest.mark.parametrize("variant, config", [("triton_splitkv", None), ("gluon_wgmma_ws", None), ("cuda_ws", None),
-                                             ("cuda_ws", {"waves": planner.SPANS}), ("cuda_qreg", None)],
-                         ids=["triton_splitkv", "gluon_wgmma_ws", "cuda_ws", "cuda_ws-spans", "cuda_qreg"])
+                                             ("cuda_ws", {"waves": planner.SPANS}), ("cuda_qreg", None),
+                                             ("cuda_qreg", {"waves": planner.SPANS})],
+                         ids=["triton_splitkv", "gluon_wgmma_ws", "cuda_ws", "cuda_ws-spans", "cuda_qreg",
+                              "cuda_qreg-spans"])
 @pytest.mark.gpu
 def test_a_graph_replayed_with_new_prefix_lengths_stays_right(variant, config):
     """Capture once at one set of lengths, then write longer and shorter ones into the same tensor

@@ -1,5 +1,5 @@
 // A shared-memory ring of KV token rows filled by cp.async.bulk and handed over with mbarriers
-// (PTX ISA 8.0: sm_90 and sm_120), and the plan lookup, for the CUDA verify kernels.
+// (PTX ISA 8.0: sm_90 and sm_120), for the CUDA verify kernels.
 //
 // A tile is TILE_ROWS token rows of 576 elements (1152 bytes, one bulk copy each) at a row pitch of
 // PITCH elements; slot `tile % SLOTS` of the ring holds it and completes on full[slot] (one arrival
@@ -14,6 +14,10 @@ constexpr int KV_ROW_BYTES = KV_ROW_ELEMS * 2;
 
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(smem_addr(bar))
+               : "memory");
 }
 __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
   asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
@@ -41,17 +45,18 @@ __device__ __forceinline__ void bulk_copy_kv_row(void* dst, const void* src, uns
 }
 
 // One warp's share of tile `tile`: rows [first_row, +SHARE) of the tile (positions start + tile *
-// TILE_ROWS + row of the request) into slot tile % SLOTS, lane i < SHARE copying row first_row + i.
+// TILE_ROWS + row of the request) into slot (ring_tiles + tile) % SLOTS, lane i < SHARE copying row
+// first_row + i; `ring_tiles`: the tiles the ring carried before this unit's or segment's (0 for a unit).
 // full[slot] counts TILE_ROWS arrivals, one per row, each with the row's bytes; every warp of the CTA
 // issues its share, so the copies go out in parallel (one warp issuing a whole tile's 32 copies
 // stalled its row group: notes/2026-12-04-qreg-ring.md).
 template <int TILE_ROWS, int SLOTS, int PITCH, int SHARE>
 __device__ __forceinline__ void issue_kv_rows(elem_t* ring, unsigned long long* full, const elem_t* kv,
                                               const elem_t* zero_row, const int* table, int page_size, int start,
-                                              int seq_len, int tile, int first_row, int lane) {
+                                              int seq_len, int tile, int ring_tiles, int first_row, int lane) {
   static_assert(SHARE >= 1 && SHARE <= 32 && TILE_ROWS % SHARE == 0, "a warp's share: 1 .. 32 rows");
   if (lane >= SHARE) return;
-  const int slot = tile % SLOTS, row = first_row + lane, pos = start + tile * TILE_ROWS + row;
+  const int slot = (ring_tiles + tile) % SLOTS, row = first_row + lane, pos = start + tile * TILE_ROWS + row;
   const elem_t* src = zero_row;
   if (pos < seq_len) {
     const long long page = table[pos / page_size];
@@ -61,27 +66,4 @@ __device__ __forceinline__ void issue_kv_rows(elem_t* ring, unsigned long long* 
   fence_proxy_async();
   mbar_arrive_expect_tx(&full[slot], KV_ROW_BYTES);
   bulk_copy_kv_row(ring + (slot * TILE_ROWS + row) * PITCH, src, &full[slot]);
-}
-
-// The planner's device plan (verify_kernels/planner.py): plan[0..batch] the first unit of each
-// request (plan[batch]: all units), plan[batch + 1] the positions per unit. For `unit`: its request
-// (the last b with plan[b] <= unit), its position range [start, end) and the request's unit count.
-// Returns false for a unit past the plan (the grid is sized for the longest plan).
-struct PlanUnit {
-  int request, start, end, splits;
-};
-__device__ __forceinline__ bool plan_unit(const int* plan, int batch, const int* prefix_lens, int tree_nodes,
-                                          int unit, PlanUnit& u) {
-  if (unit >= plan[batch]) return false;
-  int b = 0;
-  for (int hi = batch - 1; b < hi;) {
-    const int mid = (b + hi + 1) / 2;
-    if (plan[mid] <= unit) b = mid; else hi = mid - 1;
-  }
-  const int seq_len = prefix_lens[b] + tree_nodes;
-  u.request = b;
-  u.splits = plan[b + 1] - plan[b];
-  u.start = (unit - plan[b]) * plan[batch + 1];
-  u.end = min(u.start + plan[batch + 1], seq_len);
-  return true;
 }

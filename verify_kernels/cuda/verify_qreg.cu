@@ -6,7 +6,11 @@
 // CTA: ROWS = 32 * WARPS_M query rows (row r = node * H + head of one request) against one unit of
 // the plan (a request and a range of its positions), walked in tiles of BLOCK_N tokens from a
 // STAGES-deep ring of bulk-copied KV rows. Grid (row blocks, units bound); a CTA past the plan's
-// units returns at once. No producer warp: every warp copies its share of a tile's rows (BLOCK_N /
+// units returns at once. With SPANS = 1 (the planner's spans rule, plan_walk.cuh) the grid is (row
+// blocks, spans) and a CTA walks its span's segments, one per request the span meets: per segment it
+// loads that request's Q fragments, runs the same tile loop and writes that unit; the ring's slots
+// and mbarrier phases run on across segments, and a CTA-wide barrier separates two segments (every
+// warp done with the last one's slots, partial S, P and row sums). No producer warp: every warp copies its share of a tile's rows (BLOCK_N /
 // warps, one bulk copy per row), the first STAGES tiles at the start and tile i - 1 + STAGES right
 // after tile i's CTA-wide barrier, when every warp is done with tile i - 1's slot.
 // Warps: WARPS_M row groups of 4 warps; row group wm owns rows [32 wm, +32) (two 16-row tiles).
@@ -41,8 +45,12 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
 #endif
+#ifndef SPANS
+#define SPANS 0
+#endif
 #include "mma_sync.cuh"
 #include "kv_ring.cuh"
+#include "plan_walk.cuh"
 
 constexpr int D = 576;
 constexpr int DV = 512;
@@ -90,17 +98,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   elem_t* p_s = reinterpret_cast<elem_t*>(s_part + WARPS_M * DIM_WARPS * GROUP_ROWS * S_PITCH);
   float* row_scale = reinterpret_cast<float*>(p_s + ROWS * P_PITCH);  // alpha per tile, then 1 / l
 
+#if SPANS
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  PlanSpan cta_span;  // the CTA's span of the batch's tiles (plan_walk.cuh)
+  if (!plan_span<BLOCK_N>(plan, batch, blockIdx.y, lane, cta_span)) return;  // past the batch: the whole CTA
+#else
   PlanUnit u;
   if (!plan_unit(plan, batch, prefix_lens, tree_nodes, blockIdx.y, u)) return;
   const int b = u.request, start = u.start, end = u.end;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#endif
   const int wm = warp / DIM_WARPS, wn = warp % DIM_WARPS;
   const int g = lane / 4, t = lane % 4;
   const int num_rows = tree_nodes * heads;
   const int group_row0 = blockIdx.x * ROWS + wm * GROUP_ROWS;  // first row of this warp's group
+#if !SPANS
   const int prefix_len = prefix_lens[b];
   const int seq_len = prefix_len + tree_nodes;
   const int num_tiles = end > start ? (end - start + BLOCK_N - 1) / BLOCK_N : 0;
+#endif
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -108,12 +124,28 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+#if SPANS
+  // One pass of the code below per segment, in order: request first_request from tile begin, then each
+  // next request from its first tile, until end_tile; the k-th segment is unit first_unit + k.
+  for (int position = cta_span.begin, b = cta_span.first_request, unit = cta_span.first_unit, ring_tiles = 0;
+       position < cta_span.end_tile; ++b, ++unit) {
+  const int splits = plan[b + 1] - plan[b];
+  const int prefix_len = prefix_lens[b];
+  const int seq_len = prefix_len + tree_nodes;
+  const Segment seg = segment_at<BLOCK_N>(plan, batch, b, position, cta_span.end_tile);
+  const int start = seg.start, num_tiles = seg.num_tiles;
+  if (position > cta_span.begin) __syncthreads();  // every warp done with the last segment's slots, partial S, P and row sums
+#else
+  const unsigned unit = blockIdx.y;  // unsigned, as blockIdx.y: the partial rows index as before the spans walk
+  const int splits = u.splits;
+  constexpr int ring_tiles = 0;  // the ring's tiles before this unit's
+#endif
   auto issue_share = [&](int tile) {
     int request = b;
     asm volatile("" : "+r"(request));  // the table row's address computed here: held across the loop, it spilled
     issue_kv_rows<BLOCK_N, STAGES, PITCH, SHARE>(ring, full, kv, zero_row,
                                                  block_table + (long long)request * stride_table_b, page_size, start,
-                                                 seq_len, tile, warp * SHARE, lane);
+                                                 seq_len, tile, ring_tiles, warp * SHARE, lane);
   };
   for (int tile = 0; tile < STAGES && tile < num_tiles; ++tile) issue_share(tile);
 
@@ -148,19 +180,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   // (conflict-free float4 reads at S_PITCH); columns [4 (t + 4 i), +4) for i < OWN_SEGS.
   const int own_row = wn * OWN_ROWS + (lane / 16) * 4 + (lane / 8) % 2 + 2 * ((lane / 4) % 2);  // in the group
   const int own_r = group_row0 + own_row;
-  const int own_node = own_r < num_rows ? own_r / heads : 0;
+  // With SPANS, node -1 marks a row past the last, so the mask test needs no own_r (the segment loop's
+  // registers pushed it to local memory inside the tile loop on sm_90); the units kernel keeps its code.
+  const int own_node = own_r < num_rows ? own_r / heads : (SPANS ? -1 : 0);
   float m_run = NEG_INF, l_run = 0.f;  // this lane's share of the row sum
   float* my_part = s_part + (wm * DIM_WARPS + wn) * GROUP_ROWS * S_PITCH;
   const float* group_parts = s_part + wm * DIM_WARPS * GROUP_ROWS * S_PITCH;
   elem_t* group_p = p_s + wm * GROUP_ROWS * P_PITCH;  // P of the group's rows
   float* group_scale = row_scale + wm * GROUP_ROWS;   // their rescale factors, then 1 / l
-  auto kv_tile = [&](int tile) -> const elem_t* { return ring + (tile % STAGES) * BLOCK_N * PITCH; };
+  auto kv_tile = [&](int tile) -> const elem_t* { return ring + ((ring_tiles + tile) % STAGES) * BLOCK_N * PITCH; };
 
   // Partial S of `tile` over this warp's 144 dims: 2 row tiles x BLOCK_N columns, 16 columns at a time
   // (the accumulators of one 16-column chunk live beside O and Q; K is read once either way), stored
   // fp32 in this warp's partial.
   auto partial_s = [&](int tile) {
-    mbar_wait(&full[tile % STAGES], (tile / STAGES) & 1);
+    mbar_wait(&full[(ring_tiles + tile) % STAGES], ((ring_tiles + tile) / STAGES) & 1);
     const elem_t* k_tile = kv_tile(tile);
 #pragma unroll
     for (int c = 0; c < BLOCK_N / 16; ++c) {
@@ -221,7 +255,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
         if (needs_mask) {
           const int pos = tile_start + 4 * (t + 4 * i) + e;
           bool visible = pos < seq_len;
-          if (visible && pos >= prefix_len && own_r < num_rows) {
+          if (visible && pos >= prefix_len && (SPANS ? own_node >= 0 : own_r < num_rows)) {
             const int col = pos - prefix_len;
             int req = b;
             asm volatile("" : "+r"(req));  // the mask row's address computed here, not held across the loop
@@ -305,8 +339,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   row_group_sync(wm);  // every warp has read the last tile's rescale factors
   float* inv_l_s = group_scale;
   if (t == 0) inv_l_s[own_row] = l_run > 0.f ? 1.f / l_run : 0.f;
-  if (u.splits > 1 && t == 0 && own_r < num_rows)
-    partial_lse[(long long)blockIdx.y * num_rows + own_r] = l_run > 0.f ? (m_run + log2f(l_run)) * LN2 : NEG_INF;
+  if (splits > 1 && t == 0 && own_r < num_rows)
+    partial_lse[(long long)unit * num_rows + own_r] = l_run > 0.f ? (m_run + log2f(l_run)) * LN2 : NEG_INF;
   row_group_sync(wm);
 
 #pragma unroll
@@ -317,17 +351,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
       const int r = group_row0 + row;
       if (r >= num_rows) continue;
       const float inv_l = inv_l_s[row];
-      if (u.splits == 1) {
+      if (splits == 1) {
         const int node = r / heads, head = r - node * heads;
         elem_t* dst = out + b * stride_ob + node * stride_ot + head * stride_oh + wn * O_COLS + 2 * t;
 #pragma unroll
         for (int j = 0; j < O_NTILES; ++j)
           *reinterpret_cast<unsigned*>(dst + j * 8) = pack2(acc[rt][j][2 * half] * inv_l, acc[rt][j][2 * half + 1] * inv_l);
       } else {
-        float* dst = partial_out + ((long long)blockIdx.y * num_rows + r) * DV + wn * O_COLS + 2 * t;
+        float* dst = partial_out + ((long long)unit * num_rows + r) * DV + wn * O_COLS + 2 * t;
 #pragma unroll
         for (int j = 0; j < O_NTILES; ++j)
           *reinterpret_cast<float2*>(dst + j * 8) = make_float2(acc[rt][j][2 * half] * inv_l, acc[rt][j][2 * half + 1] * inv_l);
       }
     }
+#if SPANS
+  ring_tiles += num_tiles;
+  position += num_tiles;
+  }  // the segment loop
+#endif
 }

@@ -65,6 +65,8 @@
 #define SPANS 0
 #endif
 #include "mma_sync.cuh"
+#include "kv_ring.cuh"
+#include "plan_walk.cuh"
 
 constexpr int D = 576;
 constexpr int DV = 512;
@@ -79,7 +81,6 @@ constexpr int WARPS_PER_BANK = ((THREADS / 32) * MIN_BLOCKS + 3) / 4;
 #define MAX_REGS_RAW (16384 / (32 * WARPS_PER_BANK) / 8 * 8)
 #define MAX_REGS (MAX_REGS_RAW > 255 ? 255 : MAX_REGS_RAW)
 constexpr int SMEM_STRIDE = D + 8;
-constexpr int ROW_BYTES = D * 2;
 constexpr int P_STRIDE = BLOCK_N + 8;
 // S of a tile: with SPLIT_K each warp of a row computes all BLOCK_N columns over its 576 / WARPS_N
 // dims (partials summed through shared memory); without, BLOCK_N / WARPS_N columns over all dims.
@@ -103,38 +104,7 @@ static_assert(PRODUCER || (STAGES >= 2 && WARPS_N >= 2 && !SPLIT_K),
 static_assert(!SPLIT_K || (D / 16) % WARPS_N == 0, "SPLIT_K: 36 k-steps must split evenly over WARPS_N");
 static_assert(WARPS_M <= 14, "named barriers: 1 for the consumers, 2 .. WARPS_M + 1 for the rows");
 
-// ---- mbarriers and bulk copies (PTX ISA 8.0, sm_90+) ----
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(smem_addr(bar))
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
-  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
-                   smem_addr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  }
-}
-__device__ __forceinline__ void bulk_copy_row(void* dst, const void* src, unsigned long long* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "n"(ROW_BYTES), "r"(smem_addr(bar))
-      : "memory");
-}
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// mbarriers, bulk copies and fence.proxy.async: kv_ring.cuh; the plan's units and spans: plan_walk.cuh.
 __device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMER_THREADS) : "memory");
 }
@@ -170,7 +140,7 @@ __device__ __forceinline__ void issue_tile(elem_t* kv_s, unsigned long long* ful
   const unsigned rows = lane < BLOCK_N ? (BLOCK_N - lane + 31) / 32 : 0;  // rows lane, lane + 32, ...
   // Earlier generic-proxy reads of this slot (its last tile) come before the async proxy writes it.
   fence_proxy_async();
-  mbar_arrive_expect_tx(&full[slot], rows * ROW_BYTES);
+  mbar_arrive_expect_tx(&full[slot], rows * KV_ROW_BYTES);
   for (int row = lane; row < BLOCK_N; row += 32) {
     const int pos = tile_start + row;
     const elem_t* src = zero_row;  // past the sequence: zeros, through the same async proxy
@@ -178,7 +148,7 @@ __device__ __forceinline__ void issue_tile(elem_t* kv_s, unsigned long long* ful
       const long long page = table[pos / page_size];
       src = kv + (page * page_size + pos % page_size) * D;
     }
-    bulk_copy_row(dst + row * SMEM_STRIDE, src, &full[slot]);
+    bulk_copy_kv_row(dst + row * SMEM_STRIDE, src, &full[slot]);
   }
 }
 
@@ -192,16 +162,6 @@ __device__ __forceinline__ void produce(elem_t* kv_s, unsigned long long* full, 
     if (used >= STAGES) mbar_wait(&empty[used % STAGES], ((used / STAGES) & 1) ^ 1);
     issue_tile(kv_s, full, kv, zero_row, table, page_size, start, seq_len, tile, ring, lane);
   }
-}
-
-// SPANS: request b's segment of a CTA's range, from the range's tile `position` (plan[batch + 2 + b]:
-// the batch's tiles before request b) up to the request's end or `end_tile`: its first position in
-// the request and its tiles. The producer and the consumers walk the same segments with it.
-struct Segment {
-  int start, num_tiles;
-};
-__device__ __forceinline__ Segment segment_at(const int* plan, int batch, int b, int position, int end_tile) {
-  return {(position - plan[batch + 2 + b]) * BLOCK_N, min(end_tile, plan[batch + 3 + b]) - position};
 }
 
 extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
@@ -222,24 +182,14 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int num_rows = tree_nodes * heads;
   const int row0 = row_block * ROWS;
-  // The CTA's range [begin, end_tile) of the batch's tiles (plan[batch + 2 + b]: the tiles before
-  // request b; plan[2 batch + 2]: all), its first request and its first segment's unit: the span
-  // starts before it plus the requests that start strictly inside an earlier span (planner.py's
-  // spans rule). Each warp counts with ballots, 32 requests a step, so the counts are warp-uniform.
-  const int span = plan[batch + 1] / BLOCK_N, total = plan[2 * batch + 2];
-  const int begin = min(blockIdx.y * span, total), end_tile = min(begin + span, total);
-  if (begin >= end_tile) return;  // a span past the batch's tiles: the whole CTA
-  int first_unit = blockIdx.y, first_request = 0;
-  for (int step = 0; step < batch; step += 32) {
-    const int other = step + lane;
-    const bool inner = other >= 1 && other < batch;
-    const int other_start = inner ? plan[batch + 2 + other] : 0;
-    first_unit += __popc(__ballot_sync(0xffffffff, inner && other_start < begin && other_start % span != 0));
-    first_request += __popc(__ballot_sync(0xffffffff, inner && other_start <= begin));
-  }
+  // The CTA's span of the batch's tiles, its first request and its first segment's unit (plan_walk.cuh).
+  PlanSpan cta_span;
+  if (!plan_span<BLOCK_N>(plan, batch, blockIdx.y, lane, cta_span)) return;  // past the batch: the whole CTA
+  const int begin = cta_span.begin, end_tile = cta_span.end_tile;
+  const int first_unit = cta_span.first_unit, first_request = cta_span.first_request;
 #else
-  // The plan: plan[0..batch] the first unit of each request (plan[batch]: all units), plan[batch + 1]
-  // the chunk of positions per unit.
+  // The unit's request and positions, as plan_walk.cuh's plan_unit finds them (written out here: this
+  // order of the loads is the one every tuned record of this kernel was measured with).
   const int row_block = blockIdx.x, unit = blockIdx.y;
   if (unit >= plan[batch]) return;  // past the plan (the grid is sized for the longest plan): the whole CTA
   int b = 0;  // the request: the last b with plan[b] <= unit
@@ -273,7 +223,7 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   if (PRODUCER && warp == CONSUMERS) {
 #if SPANS
     for (int position = begin, b = first_request, ring = 0; position < end_tile; ++b) {
-      const Segment seg = segment_at(plan, batch, b, position, end_tile);
+      const Segment seg = segment_at<BLOCK_N>(plan, batch, b, position, end_tile);
       produce(kv_s, full, empty, kv, zero_row, block_table + (long long)b * stride_table_b, page_size, seg.start,
               prefix_lens[b] + tree_nodes, seg.num_tiles, ring, lane);
       ring += seg.num_tiles;
@@ -301,7 +251,7 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   const int b = first_request + segment, unit = first_unit + segment, splits = plan[b + 1] - plan[b];
   const int prefix_len = prefix_lens[b];
   const int seq_len = prefix_len + tree_nodes;
-  const Segment seg = segment_at(plan, batch, b, position, end_tile);
+  const Segment seg = segment_at<BLOCK_N>(plan, batch, b, position, end_tile);
   const int start = seg.start, num_tiles = seg.num_tiles;
   const int* table = block_table + (long long)b * stride_table_b;
   if (segment > 0) consumer_sync();  // every consumer is done with the last segment's Q, slots and sums

@@ -48,6 +48,27 @@ def test_each_arch_default_compiles_without_spills_in_its_loop(arch, fp16):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
+@pytest.mark.parametrize("warps_m, min_blocks, block_n, stages", [(2, 1, None, None), (1, 2, 32, 2)])
+def test_the_spans_walk_compiles_only_at_waves_0_without_spills_in_its_loop(arch, warps_m, min_blocks, block_n,
+                                                                             stages):
+    """waves 0 (the planner's spans rule) compiles the kernel with SPANS, its segment walk; any other plan
+    compiles without the macro (units configs keep their code). At most 8 bytes in local memory, none
+    inside the tile loop (the segment loop's registers had pushed the mask's row index there on sm_90)."""
+    from harness.static.nvcc_compile import compile_resources
+    from harness.static.sass import spills_in_main_loop
+
+    config = {**cuda_qreg.DEFAULT_CONFIGS[arch], "WARPS_M": warps_m, "MIN_BLOCKS": min_blocks, "waves": 0}
+    config.update({name: value for name, value in (("BLOCK_N", block_n), ("STAGES", stages)) if value})
+    (spec,) = cuda_qreg.kernel_specs(config)
+    assert spec.macros["SPANS"] == 1
+    assert "SPANS" not in cuda_qreg.kernel_specs({**config, "waves": 2})[0].macros
+    assert "SPANS" not in cuda_qreg.kernel_specs({**config, "kv_splits": 3})[0].macros  # fixed splits: no spans
+    usage = compile_resources(spec, arch)
+    assert usage.registers <= 255 and usage.spill_store_bytes <= 8 and spills_in_main_loop(spec, arch) == []
+
+
+@needs_nvcc
 def test_the_loop_check_sees_a_spill_inside_the_loop():
     """A 64-token tile on sm_90 spills inside the main loop: spills_in_main_loop reports it."""
     from harness.static.sass import spills_in_main_loop

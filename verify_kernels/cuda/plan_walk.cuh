@@ -1,0 +1,66 @@
+// The planner's device plan (verify_kernels/planner.py) as the CUDA verify kernels walk it: which
+// request and which positions a CTA computes.
+//
+// Units rule (waves >= 1, or kv_splits > 0): plan[0..batch] the first unit of each request
+// (plan[batch]: all units), plan[batch + 1] the positions per unit; a CTA computes one unit.
+// Spans rule (waves 0, kv_splits 0; the kernels' SPANS): plan[batch + 1] the positions per span (whole
+// tiles), plan[batch + 2 + b] the batch's tiles before request b, plan[2 batch + 2] all of them; a CTA
+// computes one span of the batch's tiles, one segment per request the span meets, and the k-th
+// segment of a span is unit first_unit + k (the combine's partial rows).
+#pragma once
+
+// For `unit`: its request (the last b with plan[b] <= unit), its position range [start, end) and the
+// request's unit count. Returns false for a unit past the plan (the grid is sized for the longest plan).
+struct PlanUnit {
+  int request, start, end, splits;
+};
+__device__ __forceinline__ bool plan_unit(const int* plan, int batch, const int* prefix_lens, int tree_nodes,
+                                          int unit, PlanUnit& u) {
+  if (unit >= plan[batch]) return false;
+  int b = 0;
+  for (int hi = batch - 1; b < hi;) {
+    const int mid = (b + hi + 1) / 2;
+    if (plan[mid] <= unit) b = mid; else hi = mid - 1;
+  }
+  const int seq_len = prefix_lens[b] + tree_nodes;
+  u.request = b;
+  u.splits = plan[b + 1] - plan[b];
+  u.start = (unit - plan[b]) * plan[batch + 1];
+  u.end = min(u.start + plan[batch + 1], seq_len);
+  return true;
+}
+
+// CTA `cta`'s span: the batch's tiles [begin, end_tile) (TILE_ROWS positions a tile), its first
+// request, and its first segment's unit: the spans before it plus the requests that start strictly
+// inside an earlier span. Each warp counts with ballots, 32 requests a step, so the counts are
+// warp-uniform (every lane of the warp calls it). Returns false for a span past the batch's tiles.
+struct PlanSpan {
+  int begin, end_tile, first_request, first_unit;
+};
+template <int TILE_ROWS>
+__device__ __forceinline__ bool plan_span(const int* plan, int batch, unsigned cta, int lane, PlanSpan& s) {
+  const int span = plan[batch + 1] / TILE_ROWS, total = plan[2 * batch + 2];
+  s.begin = min(cta * span, total);
+  s.end_tile = min(s.begin + span, total);
+  if (s.begin >= s.end_tile) return false;
+  s.first_unit = cta;
+  s.first_request = 0;
+  for (int step = 0; step < batch; step += 32) {
+    const int other = step + lane;
+    const bool inner = other >= 1 && other < batch;
+    const int other_start = inner ? plan[batch + 2 + other] : 0;
+    s.first_unit += __popc(__ballot_sync(0xffffffff, inner && other_start < s.begin && other_start % span != 0));
+    s.first_request += __popc(__ballot_sync(0xffffffff, inner && other_start <= s.begin));
+  }
+  return true;
+}
+
+// Request b's segment of a span, from the span's tile `position` up to the request's end or
+// `end_tile`: its first position in the request and its tiles.
+struct Segment {
+  int start, num_tiles;
+};
+template <int TILE_ROWS>
+__device__ __forceinline__ Segment segment_at(const int* plan, int batch, int b, int position, int end_tile) {
+  return {(position - plan[batch + 2 + b]) * TILE_ROWS, min(end_tile, plan[batch + 3 + b]) - position};
+}
