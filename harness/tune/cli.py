@@ -89,6 +89,24 @@ def compare_tables(first: Path, second: Path) -> list[dict]:
     return rows
 
 
+def default_order_pick(arch: str, page_size: int) -> tuple[str | None, list[str]]:
+    """The variant ``variant="auto"`` runs from the default order on ``arch`` at ``page_size`` where no table
+    answers, and why each variant before it does not run there (the arch's features, from its registry
+    record, through each variant's ``offline_arch_problem``; the variant's page sizes). An arch without a
+    record is not resolved: the run-time checks read the device itself."""
+    passed = []
+    for name in variants.AUTO_PREFERENCE:
+        module = variants.load_variant(name)
+        arch_problem = variants.optional(module, "offline_arch_problem")
+        why = arch_problem(arch) if arch_problem and arch in known_arches() else None
+        if why is None and page_size not in module.PAGE_SIZES:
+            why = f"{name} runs page sizes {list(module.PAGE_SIZES)}"
+        if why is None:
+            return name, passed
+        passed.append(why)
+    return None, passed
+
+
 def explain_auto(args) -> str:
     """What ``variant="auto"`` would run on ``--arch`` (and GPU ``--gpu``) for one shape, and which record,
     in which table, decided it (verify_kernels.dispatch.choose)."""
@@ -99,8 +117,13 @@ def explain_auto(args) -> str:
     shape = (f"L {args.prefix} (bucket {bucket}), T {args.tree}, H {args.heads}, page {args.page_size}, "
              f"{args.dtype}" + (f", a batch of {args.batch}" if args.batch > 1 else ""))
     if choice.variant is None:
-        return (f"auto on {args.arch} at {shape}: no table entry; the default order, the first of "
-                f"{list(variants.AUTO_PREFERENCE)} that runs the shape, at its default config")
+        name, passed = default_order_pick(args.arch, args.page_size)
+        if name is None:
+            return (f"auto on {args.arch} at {shape}: no table entry, and no variant of the default order "
+                    f"{list(variants.AUTO_PREFERENCE)} runs there: " + "; ".join(passed))
+        config = variants.defaults_for(variants.load_variant(name), args.arch)
+        return (f"auto on {args.arch} at {shape}: no table entry; the default order runs {name} {config} (its "
+                f"default config for {args.arch})" + (" before it: " + "; ".join(passed) if passed else ""))
     record = choice.record
     key = (f"L bucket {record['l_bucket']}, T {record['tree_nodes']}, H {record['heads']}, "
            f"page {record['page_size']}")

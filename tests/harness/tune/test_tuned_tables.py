@@ -89,3 +89,23 @@ def test_a_proxy_table_ships_as_the_arch_table_and_never_mixed(tmp_path, monkeyp
     mixed = {"k": record, "own": {**record, "gpu": "nvidia-h200", "proxy_for": None}}
     assert any("mixed" in problem for problem in cli.publish_problems(mixed))
     assert cli.publish_problems({"k": record}) == []
+
+
+def test_tuned_explain_resolves_the_default_order_for_an_arch_without_a_table():
+    """Where no table answers, --explain names the variant the default order runs on that arch (its
+    registry features, the variant's page sizes) and why each one before it does not run there."""
+    import subprocess
+    import sys
+
+    from harness.tune.cli import default_order_pick
+
+    assert default_order_pick("sm_90", 64) == ("gluon_wgmma_ws", [])
+    name, passed = default_order_pick("sm_89", 64)  # no wgmma, no bulk copies
+    assert name == "triton_splitkv" and len(passed) == 3 and "cp.async.bulk" in passed[-1]
+    name, passed = default_order_pick("sm_89", 1)  # a page_size=1 pool
+    assert name == "triton_ps1" and "triton_splitkv runs page sizes" in passed[3]
+    assert default_order_pick("sm_100", 64)[0] == "cuda_ws"  # Blackwell: no wgmma
+    done = subprocess.run([sys.executable, "-m", "harness", "tuned", "--explain", "--arch", "sm_89", "--prefix", "4000",
+                           "--tree", "16", "--heads", "8"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "the default order runs triton_splitkv" in done.stdout and "needs wgmma" in done.stdout
