@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from verify_kernels import contract, make_problem, reference_attention, variants, verify_attention
 from verify_kernels.api import UnsupportedProblemError
+from verify_kernels.arch import load_arch
 
 from harness.bench import peers
 from harness.measure import counters as ncu_counters
@@ -105,9 +106,11 @@ def recorded_points(records: list[dict]) -> set[BenchPoint]:
 
 
 def implementation_call(point: BenchPoint, problem):
-    """A no-argument callable returning the output, and the resolved config (variants only)."""
+    """A no-argument callable returning the output, and the resolved config (a peer's: what its call
+    says it ran, its ``config`` attribute, e.g. FlashInfer fa2's tiles)."""
     if point.variant in peers.PEERS:
-        return peers.PEERS[point.variant](problem), {}
+        call = peers.PEERS[point.variant](problem)
+        return call, dict(getattr(call, "config", {}))
     config = dict(point.config) or None
     shape = contract.check_arguments(*problem.arguments(), **problem.kwargs())
     resolved = variants.resolve_config(point.variant, variants.load_variant(point.variant), config, shape)
@@ -121,15 +124,32 @@ def implementation_call(point: BenchPoint, problem):
     return call, resolved
 
 
+def proxy_peer_problem(name: str, config: dict, arch: str) -> str | None:
+    """Why a peer's row cannot stand as a proxy run for ``arch`` (None: it can). Our configs are constrained
+    to the arch by ``--constrain-to``; a peer must say it ran the arch's config: the shared memory per SM its
+    launch read (``smem_per_sm`` in its config) is the arch's."""
+    wanted = load_arch(arch).smem_per_sm_kb * 1024
+    if config.get("smem_per_sm") == wanted and "tiles" not in config:
+        return None
+    ran = config or "a config it does not report"
+    return (f"{name} as a proxy for {arch} must run that arch's config (its launch reading {wanted} bytes of shared "
+            f"memory per SM, scripts/gpu_peers_env.sh fa2_at_smem_per_sm); it ran {ran}")
+
+
 def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, rep_ms: float,
-                repeats: int = 1) -> dict:
-    """Check one point against the oracle's output, time it ``repeats`` times, return its payload."""
+                repeats: int = 1, proxy_for: str | None = None) -> dict:
+    """Check one point against the oracle's output, time it ``repeats`` times, return its payload. With
+    ``proxy_for``, a peer runs only where it ran that arch's config (``proxy_peer_problem``)."""
     implementation = "peer" if point.variant in peers.PEERS else "variant"
     payload = {**asdict(point), "implementation": implementation, "config": dict(point.config), "mode": mode,
                "status": "ok",
                "reason": ""}
     try:
         call, payload["resolved_config"] = implementation_call(point, problem)
+        if implementation == "peer" and proxy_for and (why := proxy_peer_problem(point.variant,
+                                                                                  payload["resolved_config"],
+                                                                                  proxy_for)):
+            raise peers.PeerUnavailable(why)
         output = call()
         if implementation == "peer" and not bool(torch.isfinite(output).all()):
             # A peer that reads the NaN in unused pool slots (or in the spare pages stale table
@@ -228,7 +248,8 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
         problem = by_page[point.page_size]
         if reference is None:
             reference = reference_attention(*problem.arguments(), **problem.kwargs())
-        payload = bench_point(point, problem, reference, ceilings, mode=mode, rep_ms=rep_ms, repeats=repeats)
+        payload = bench_point(point, problem, reference, ceilings, mode=mode, rep_ms=rep_ms, repeats=repeats,
+                              proxy_for=proxy_for)
         if proxy_for:
             payload["proxy_for"] = proxy_for
         if counters and payload["status"] == "ok":

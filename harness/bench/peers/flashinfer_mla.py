@@ -8,9 +8,20 @@ and [num_pages, page, 64] column views of our [num_pages, page, 576] pool (rows 
 ``kv_indices`` the request's block-table pages in order, ``kv_len_arr`` = L + T, ``qo_indptr`` T per
 request; q is split the same way into ``q_nope`` and ``q_pe`` [B*T, H, 512 | 64]. ``plan`` runs once
 per problem (on the host), then ``run`` is the timed call.
+
+fa2 picks its tiles at launch from the GPU's shared memory per SM (``DISPATCH_SMEM_CONFIG`` in its
+``mla.cuh``): on the H200 2 stages of 64-token KV tiles with Q K^T sharded over its two warp halves, on
+an RTX PRO 6000 (sm_120, 100 KB per SM) 1 stage of 16-token tiles, unsharded. Each fa2 call carries
+the config it ran as ``config`` (read from the header it compiles, ``fa2_config``), which the bench
+records as the row's resolved config. ``scripts/gpu_peers_env.sh``'s ``fa2_at_smem_per_sm`` makes a
+host copy of the package whose launch reads a given value instead of the GPU's (marked in the header
+with ``FORCED_MARK``): fa2 run on the H200 with sm_120's tiles, the peer beside ``--proxy-for sm_120``.
 """
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import torch
 
@@ -36,6 +47,29 @@ def inputs(problem) -> dict:
             "num_heads": heads, "head_dim_ckv": v_dim, "head_dim_kpe": head_dim - v_dim, "page_size": page,
             "sm_scale": problem.sm_scale, "q_nope": q_rows[..., :v_dim], "q_pe": q_rows[..., v_dim:],
             "ckv_cache": problem.kv_cache[..., :v_dim], "kpe_cache": problem.kv_cache[..., v_dim:]}
+
+
+MLA_HEADER = Path("data/include/flashinfer/attention/mla.cuh")  # under the flashinfer package
+FORCED_MARK = "vk: forced shared memory per SM"
+_BRANCH = re.compile(r"smem_limit_per_sm\s*>=\s*(\d+)\s*\)\s*\{[^}]*?NUM_STAGES\s*=\s*(\d+);[^}]*?"
+                     r"CTA_TILE_KV\s*=\s*(\d+);[^}]*?QK_SHARD\s*=\s*(true|false);", re.S)
+_FORCED = re.compile(r"smem_limit_per_sm\s*=\s*(\d+);\s*/\*\s*" + re.escape(FORCED_MARK))
+
+
+def fa2_config(header: str, smem_per_sm: int) -> dict:
+    """The tiles fa2's launch takes, from its header's text: the shared memory per SM it reads (the GPU's,
+    or the value a ``FORCED_MARK`` line sets), then the first ``DISPATCH_SMEM_CONFIG`` branch whose
+    threshold that meets: ``NUM_STAGES``, ``CTA_TILE_KV``, ``QK_SHARD``. A header this does not parse
+    gives the shared memory and why, so a record never claims tiles it did not read."""
+    forced = _FORCED.search(header)
+    config = {"smem_per_sm": int(forced.group(1)) if forced else smem_per_sm, "smem_forced": bool(forced)}
+    branches = [(int(t), int(stages), int(tile), shard == "true") for t, stages, tile, shard in _BRANCH.findall(header)]
+    if not branches:
+        return {**config, "tiles": "unread: no DISPATCH_SMEM_CONFIG branch found in mla.cuh"}
+    for threshold, stages, tile, shard in sorted(branches, reverse=True):
+        if config["smem_per_sm"] >= threshold:
+            return {**config, "NUM_STAGES": stages, "CTA_TILE_KV": tile, "QK_SHARD": shard}
+    return {**config, "tiles": f"none: below every threshold {sorted(t for t, *_ in branches)}"}
 
 
 def causal_paged_reference(arguments: dict) -> torch.Tensor:
@@ -86,6 +120,11 @@ def _peer(backend: str):
             wrapper.run(a["q_nope"], a["q_pe"], a["ckv_cache"], a["kpe_cache"], out=out)
             return out.view(batch, nodes, heads, problem.v_dim)
 
+        if backend == "fa2":
+            header = Path(mla.__file__).resolve().parent.parent / MLA_HEADER  # flashinfer/mla/ -> flashinfer/
+            smem = torch.cuda.get_device_properties(problem.q.device).shared_memory_per_multiprocessor
+            call.config = (fa2_config(header.read_text(), smem) if header.exists()
+                           else {"smem_per_sm": smem, "tiles": f"unread: no {header}"})
         return call
 
     factory.__name__ = name

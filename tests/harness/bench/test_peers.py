@@ -163,3 +163,78 @@ def test_resume_skips_the_points_a_file_already_holds(tmp_path):
     done = recorded_points(records.read_records(path))
     assert [p for p in points if p not in done] == points[3:]
     assert points[0].config == (("STAGES", 3),)
+
+
+# The shape of FlashInfer's launch-time dispatch in mla.cuh (a fixture of its form, with made-up tiles for the
+# middle branch): a threshold on the shared memory per SM the launch reads, then the tiles of that branch.
+_DISPATCH = """
+  cudaDeviceGetAttribute(&smem_limit_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+#define DISPATCH_SMEM_CONFIG(smem_limit_per_sm, NUM_STAGES, CTA_TILE_KV, QK_SHARD, ...) \\
+  if (smem_limit_per_sm >= 221696) {         \\
+    constexpr uint32_t NUM_STAGES = 2;       \\
+    constexpr uint32_t CTA_TILE_KV = 64;     \\
+    constexpr bool QK_SHARD = true;          \\
+    __VA_ARGS__;                             \\
+  } else if (smem_limit_per_sm >= 147968) {  \\
+    constexpr uint32_t NUM_STAGES = 3;       \\
+    constexpr uint32_t CTA_TILE_KV = 32;     \\
+    constexpr bool QK_SHARD = true;          \\
+    __VA_ARGS__;                             \\
+  } else if (smem_limit_per_sm >= 92672) {   \\
+    constexpr uint32_t NUM_STAGES = 1;       \\
+    constexpr uint32_t CTA_TILE_KV = 16;     \\
+    constexpr bool QK_SHARD = false;         \\
+    __VA_ARGS__;                             \\
+  } else {                                   \\
+"""
+
+
+def test_fa2_config_reads_the_branch_its_launch_takes():
+    """FlashInfer fa2's tiles follow the shared memory per SM its launch reads: the GPU's, or the value a
+    marked line forces (fa2_at_smem_per_sm in scripts/gpu_peers_env.sh); an unparsed header says so."""
+    from harness.bench.peers.flashinfer_mla import FORCED_MARK, fa2_config
+
+    h200 = {"smem_per_sm": 233472, "smem_forced": False, "NUM_STAGES": 2, "CTA_TILE_KV": 64, "QK_SHARD": True}
+    assert fa2_config(_DISPATCH, 233472) == h200
+    assert fa2_config(_DISPATCH, 150000)["NUM_STAGES"] == 3
+    sm120 = {"smem_per_sm": 102400, "NUM_STAGES": 1, "CTA_TILE_KV": 16, "QK_SHARD": False}
+    assert fa2_config(_DISPATCH, 102400) == {**sm120, "smem_forced": False}
+    line = "MaxSharedMemoryPerMultiprocessor, device);"
+    forced = _DISPATCH.replace(line, f"{line} smem_limit_per_sm = 102400; /* {FORCED_MARK} */")
+    assert fa2_config(forced, 233472) == {**sm120, "smem_forced": True}
+    assert "below every threshold" in fa2_config(_DISPATCH, 65536)["tiles"]
+    assert fa2_config("no dispatch here", 233472)["tiles"].startswith("unread")
+
+
+@pytest.mark.parametrize("config, runs", [
+    ({"smem_per_sm": 102400, "smem_forced": True, "NUM_STAGES": 1, "CTA_TILE_KV": 16, "QK_SHARD": False}, True),
+    ({"smem_per_sm": 233472, "smem_forced": False, "NUM_STAGES": 2, "CTA_TILE_KV": 64, "QK_SHARD": True}, False),
+    ({}, False),
+    ({"smem_per_sm": 102400, "tiles": "unread: no mla.cuh"}, False),
+])
+def test_a_peer_stands_as_a_proxy_only_with_the_arch_config(config, runs, monkeypatch):
+    """--proxy-for sm_120: a peer's row is a proxy run only where its call says it ran sm_120's config (the
+    shared memory per SM its launch read is sm_120's 100 KB); otherwise the row is unavailable, with why,
+    before anything is run."""
+    from harness.bench import peers, sweep
+    from verify_kernels import make_problem, reference_attention
+
+    assert (sweep.proxy_peer_problem("flashinfer_fa2", config, "sm_120") is None) == runs
+    if runs:
+        return
+    ran = []
+
+    def fake_peer(problem):
+        def call():
+            ran.append(True)
+            return torch.zeros(1)
+        call.config = config
+        return call
+
+    monkeypatch.setitem(peers.PEERS, "flashinfer_fa2", fake_peer)
+    problem = make_problem([70], 9, 2, tree="chain", seed=1)
+    point = sweep.BenchPoint("flashinfer_fa2", 70, 9, 2, 64, tree="chain")
+    row = sweep.bench_point(point, problem, reference_attention(*problem.arguments(), **problem.kwargs()), None,
+                            mode="graph", rep_ms=10, proxy_for="sm_120")
+    assert row["status"] == "unavailable" and "102400 bytes of shared memory per SM" in row["reason"] and not ran
+    assert row["resolved_config"] == config
