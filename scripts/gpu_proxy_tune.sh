@@ -5,7 +5,8 @@
 # records proxy_for: sm_120). Then the proxy winners beside the predicted sm_120 table, per key.
 # The feasible configs compile first, in parallel (scripts/warm_kernel_cache.py); a trial budget at least
 # the feasible count measures the whole space (the study is then the proxy measurement the predictor's
-# validation reads). Needs optuna (wheels in .whl/). VARIANTS=, PREFIX=, TREE=, HEADS= narrow the keys.
+# validation reads). Needs optuna (wheels in .whl/). VARIANTS=, PREFIX=, TREE=, HEADS= narrow the keys. The
+# tune's log and the comparison are appended to files named for the GPU (a run on another card never overwrites them).
 # Usage (repository root):
 #   bash scripts/gpu_proxy_tune.sh [configs per study, default 9] [seconds, default 400]
 trials=${1:-9}
@@ -20,7 +21,7 @@ done
 timeout -s INT -k 15 "$(left)" python3 -m harness tune --constrain-to sm_120 --variants ${VARIANTS:-cuda_ws} \
   --prefix "${PREFIX:-4096,32768,131072,185000}" --tree "${TREE:-16,64,256}" --heads "${HEADS:-8,16}" --trials "$trials" --timing graph --rep-ms 50 \
   --trial-timeout 120 --storage sqlite:///results/tuned/optuna-proxy-sm_120.db --no-progress 2>&1 \
-  | tee results/tuned/proxy-sm_120-tune.txt | tail -n 16
+  | tee -a "results/tuned/proxy-sm_120-tune-$sku.txt" | tail -n 16
 python3 -m harness tuned --compare "$table" verify_kernels/tuned/predicted-sm_120.yaml \
-  > results/predict/proxy-vs-predicted-sm_120.txt 2>&1; cat results/predict/proxy-vs-predicted-sm_120.txt
+  >> "results/predict/proxy-vs-predicted-sm_120-$sku.txt" 2>&1; tail -n 24 "results/predict/proxy-vs-predicted-sm_120-$sku.txt"
 pack
