@@ -13,9 +13,6 @@ merged by the shared combine (split_combine.py). Tunables are compile-time macro
 - ``WARPS_M``: row groups per CTA (rows per CTA = 32 WARPS_M);
 - ``BLOCK_N``: KV tokens per tile; ``STAGES``: slots in the ring;
 - ``MIN_BLOCKS``: CTAs per SM the register allocation is bounded for;
-- ``RING_SYNC``: 0 frees the ring's slots with a CTA-wide barrier per tile; 1 or 2 (a candidate, not yet
-  timed) with per-slot ``empty`` mbarriers instead, so that the row groups may drift apart by about that
-  many tiles (the ring then runs ``STAGES - RING_SYNC`` tiles ahead);
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
   ``waves``: the most waves of units the planner may cut a badly balanced batch into, or 0 for the
   spans rule (CTA ranges across requests; the kernel is then compiled with ``SPANS`` and walks each
@@ -47,16 +44,15 @@ DIM_WARPS, GROUP_ROWS = 4, 32
 ROW_PITCH = HEAD_DIM + 8
 BARRIER_BYTES = 128
 MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
-OPTIONAL_MACROS = ("RING_SYNC",)  # named to the compiler only when not 0, so a 0 compiles as before the knob
 # Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
 # compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
 DEFAULT_CONFIGS = {
-    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "RING_SYNC": 0, "kv_splits": 0, "waves": 2},
-    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "RING_SYNC": 0, "kv_splits": 0, "waves": 2},
+    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
+    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
 # One and two row groups, 16-, 32- and 64-token tiles, two-slot rings, two CTAs per SM, one-tile and
-# multi-tile units, fixed splits, the spans walk; RING_SYNC 1 and 2 (one and two row groups, units and spans).
+# multi-tile units, fixed splits.
 CHECK_CONFIGS = (
     {**DEFAULT_CONFIGS["sm_120"], "kv_splits": 3},
     {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0},
@@ -66,10 +62,6 @@ CHECK_CONFIGS = (
     {"WARPS_M": 1, "BLOCK_N": 64, "STAGES": 2, "kv_splits": 0},
     {**DEFAULT_CONFIGS["sm_120"], "waves": 0},
     {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0, "waves": 0},
-    {**DEFAULT_CONFIGS["sm_90"], "RING_SYNC": 1, "kv_splits": 3},
-    {**DEFAULT_CONFIGS["sm_90"], "RING_SYNC": 2},
-    {**DEFAULT_CONFIGS["sm_120"], "RING_SYNC": 2, "waves": 0},
-    {"WARPS_M": 1, "BLOCK_N": 16, "STAGES": 2, "RING_SYNC": 1, "kv_splits": 0, "waves": 0},
 )
 
 
@@ -107,12 +99,6 @@ def config_problems(config: dict) -> list[str]:
                         f"share of a tile), got {block_n}")
     if warps_m > 14:
         problems.append(f"WARPS_M must be <= 14 (named barriers), got {warps_m}")
-    ring_sync = config["RING_SYNC"]
-    if ring_sync not in (0, 1, 2) or isinstance(ring_sync, bool):
-        problems.append(f"RING_SYNC must be 0, 1 or 2, got {ring_sync!r}")
-    elif ring_sync and not ring_sync < stages <= 8:
-        problems.append(f"RING_SYNC {ring_sync} needs {ring_sync} < STAGES <= 8 (the ring runs STAGES - RING_SYNC "
-                        f"tiles ahead; a full and an empty mbarrier per slot), got STAGES {stages}")
     if DIM_WARPS * warps_m * min_blocks > 8:
         problems.append(f"{DIM_WARPS * warps_m} warps x {min_blocks} CTAs per SM > 8 warps: each needs ~255 "
                         "registers per thread (Q and O in registers)")
@@ -136,11 +122,9 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
 
 
 def macros(config: dict) -> dict:
-    """The kernel's compile-time macros: the tunables (``OPTIONAL_MACROS`` only where not 0), and ``SPANS``
-    where the plan is the spans rule (named only then, so a units config compiles exactly as before the
-    spans walk)."""
-    return {**{k: config[k] for k in MACROS}, **{k: config[k] for k in OPTIONAL_MACROS if config[k]},
-            **({"SPANS": 1} if planner.walks_spans(config) else {})}
+    """The kernel's compile-time macros: the tunables, and ``SPANS`` where the plan is the spans rule
+    (named only then, so a units config compiles exactly as before the spans walk)."""
+    return {**{k: config[k] for k in MACROS}, **({"SPANS": 1} if planner.walks_spans(config) else {})}
 
 
 @lru_cache(maxsize=None)

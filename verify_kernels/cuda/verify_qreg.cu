@@ -26,12 +26,6 @@
 // Two barriers per tile: CTA-wide after the partial S (it also frees tile i - 1's slot), the row
 // group's after P. (The last warp refilling the whole tile through a per-slot counter took about 20%
 // more time, 30% at sm_120's tile: notes/2026-12-04-qreg-ring.md.)
-// RING_SYNC = 1 or 2 (a candidate, not yet timed): no CTA-wide barrier in the tile loop. Each slot has an
-// `empty` mbarrier too, on which every warp arrives after its P V of the slot's tile; the barrier after
-// the partial S is the row group's, and after it a warp waits for tile i - RING_SYNC's slot to be empty
-// and copies its share of tile i - RING_SYNC + STAGES there. So the two row groups may drift apart (one
-// group's softmax under the other's HMMAs) by up to about RING_SYNC tiles; the ring runs STAGES -
-// RING_SYNC tiles ahead.
 // Shared memory: mbarriers, the ring [STAGES][BLOCK_N][584], partial S
 // [WARPS_M][4][32][BLOCK_N + 8] fp32, P [ROWS][BLOCK_N + 8], the rescale factors and row sums
 // [ROWS] fp32. Padding makes the fragment stores and the owners' float4 reads conflict-free.
@@ -54,9 +48,6 @@
 #ifndef SPANS
 #define SPANS 0
 #endif
-#ifndef RING_SYNC
-#define RING_SYNC 0
-#endif
 #include "mma_sync.cuh"
 #include "kv_ring.cuh"
 #include "plan_walk.cuh"
@@ -76,15 +67,13 @@ constexpr int OWN_SEGS = BLOCK_N / 16;            // float4 column segments per 
 constexpr int PITCH = D + 8;
 constexpr int S_PITCH = BLOCK_N + 8;
 constexpr int P_PITCH = BLOCK_N + 8;
-constexpr int BARRIER_BYTES = 128;  // STAGES mbarriers (full), at RING_SYNC another STAGES (empty) from byte 64
+constexpr int BARRIER_BYTES = 128;  // STAGES mbarriers, padded
 constexpr int SHARE = BLOCK_N / CONSUMERS;  // a warp's rows of each tile
 #define NEG_INF __int_as_float(0xff800000)
 #define LN2 0.6931471805599453f
 
 static_assert(BLOCK_N == 16 || BLOCK_N == 32 || BLOCK_N == 64, "BLOCK_N: 16, 32 or 64");
 static_assert(STAGES >= 2 && STAGES * 12 <= BARRIER_BYTES, "STAGES: 2 .. 10");
-static_assert(RING_SYNC == 0 || (RING_SYNC <= 2 && STAGES > RING_SYNC && STAGES * 8 <= BARRIER_BYTES / 2),
-              "RING_SYNC: 0, 1 or 2, below STAGES, with STAGES <= 8");
 static_assert(BLOCK_N % CONSUMERS == 0, "BLOCK_N: a multiple of the CTA's warps (each copies its share)");
 static_assert(WARPS_M >= 1 && WARPS_M <= 14, "named barriers: 1 .. WARPS_M for the row groups");
 
@@ -104,7 +93,6 @@ __device__ __forceinline__ void row_group_sync(int wm) {
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VERIFY_PARAMS) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem_raw);
-  unsigned long long* empty = reinterpret_cast<unsigned long long*>(smem_raw + BARRIER_BYTES / 2);  // RING_SYNC
   elem_t* ring = reinterpret_cast<elem_t*>(smem_raw + BARRIER_BYTES);
   float* s_part = reinterpret_cast<float*>(ring + STAGES * BLOCK_N * PITCH);
   elem_t* p_s = reinterpret_cast<elem_t*>(s_part + WARPS_M * DIM_WARPS * GROUP_ROWS * S_PITCH);
@@ -132,10 +120,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
 
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], BLOCK_N);  // one arrival per row, with its bytes
-      if (RING_SYNC) mbar_init(&empty[s], CONSUMERS);  // one arrival per warp, after its P V of the slot's tile
-    }
+    for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], BLOCK_N);  // one arrival per row, with its bytes
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -156,10 +141,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   constexpr int ring_tiles = 0;  // the ring's tiles before this unit's
 #endif
   auto issue_share = [&](int tile) {
-    if (RING_SYNC && ring_tiles + tile >= STAGES) {  // the slot's last tile: every warp done with it
-      const int used = ring_tiles + tile;
-      mbar_wait(&empty[used % STAGES], ((used / STAGES) & 1) ^ 1);
-    }
     int request = b;
     asm volatile("" : "+r"(request));  // the table row's address computed here: held across the loop, it spilled
     issue_kv_rows<BLOCK_N, STAGES, PITCH, SHARE>(ring, full, kv, zero_row,
@@ -341,13 +322,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     partial_s(tile);
-#if RING_SYNC
-    row_group_sync(wm);  // the group's partial S of tile
-    if (tile >= RING_SYNC && tile - RING_SYNC + STAGES < num_tiles) issue_share(tile - RING_SYNC + STAGES);
-#else
     __syncthreads();  // every warp's partial S of tile, hence every warp done with tile - 1's slot
     if (tile >= 1 && tile - 1 + STAGES < num_tiles) issue_share(tile - 1 + STAGES);
-#endif
     float v[OWN_SEGS][4];
     load_s(v);
     finish_softmax(v, tile);
@@ -355,10 +331,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
     rescale_o();
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk) pv_step(tile, kk);
-#if RING_SYNC
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[(ring_tiles + tile) % STAGES]);  // this warp is done with the slot
-#endif
   }
 
   // Row sums: the owner's four lanes, then 1 / l through shared memory for the group's warps.

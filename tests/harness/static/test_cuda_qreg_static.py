@@ -69,26 +69,6 @@ def test_the_spans_walk_compiles_only_at_waves_0_without_spills_in_its_loop(arch
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
-@pytest.mark.parametrize("ring_sync", [1, 2])
-@pytest.mark.parametrize("waves", [2, 0])
-def test_ring_sync_compiles_apart_without_spills_in_its_loop(arch, ring_sync, waves):
-    """RING_SYNC 1 / 2 (per-slot empty mbarriers, no CTA-wide barrier in the tile loop) is named to the
-    compiler only when not 0, so every config without it compiles as before the knob (the PTX digest:
-    results/static/ptx/digest-ffd6d6a-cuda_qreg.json); with it, the defaults of both arches keep at most 8
-    bytes in local memory, none inside the tile loop, units and spans alike."""
-    from harness.static.nvcc_compile import compile_resources
-    from harness.static.sass import spills_in_main_loop
-
-    config = {**cuda_qreg.DEFAULT_CONFIGS[arch], "RING_SYNC": ring_sync, "waves": waves}
-    (spec,) = cuda_qreg.kernel_specs(config)
-    assert spec.macros["RING_SYNC"] == ring_sync
-    assert "RING_SYNC" not in cuda_qreg.kernel_specs({**config, "RING_SYNC": 0})[0].macros
-    usage = compile_resources(spec, arch)
-    assert usage.registers <= 255 and usage.spill_store_bytes <= 8 and spills_in_main_loop(spec, arch) == []
-
-
-@needs_nvcc
 def test_the_loop_check_sees_a_spill_inside_the_loop():
     """A 64-token tile on sm_90 spills inside the main loop: spills_in_main_loop reports it."""
     from harness.static.sass import spills_in_main_loop
@@ -131,10 +111,6 @@ def test_tile_work_has_no_q_bytes_and_clears_the_sm120_budget():
     pytest.param({"MIN_BLOCKS": 2}, "8 warps", id="registers"),
     pytest.param({"WARPS_M": 0}, "positive ints", id="zero_groups"),
     pytest.param({"WARPS_M": True}, "positive ints", id="bool"),
-    pytest.param({"RING_SYNC": 3}, "RING_SYNC must be 0, 1 or 2", id="ring_sync"),
-    pytest.param({"RING_SYNC": True}, "RING_SYNC must be 0, 1 or 2", id="ring_sync_bool"),
-    pytest.param({"RING_SYNC": 2, "STAGES": 2}, "needs 2 < STAGES <= 8", id="ring_sync_lead"),
-    pytest.param({"RING_SYNC": 1, "STAGES": 9}, "needs 1 < STAGES <= 8", id="ring_sync_barriers"),
 ])
 def test_config_rules(changes, message):
     problems = cuda_qreg.config_problems({**cuda_qreg.DEFAULT_CONFIG, **changes})
