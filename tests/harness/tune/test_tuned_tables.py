@@ -53,7 +53,7 @@ def test_tuned_explain_names_the_record_that_decides_auto():
         return done.stdout
 
     proxy = explain("--prefix", "131008", "--tree", "64", "--heads", "8")  # L + T = 131072: that bucket
-    assert "cuda_ws" in proxy and "PROXY record at the same key" in proxy and "proxy-sm_120.yaml" in proxy
+    assert "cuda_qreg" in proxy and "PROXY record at the same key" in proxy and "proxy-sm_120.yaml" in proxy
     exact = explain("--prefix", "131008", "--tree", "64", "--heads", "8", "--dtype", "float16")  # not proxy-timed
     assert "cuda_ws" in exact and "PREDICTED record at the same key" in exact and "predicted-sm_120.yaml" in exact
     # The model predicts SPLIT_K 0 and 1 alike there: the table says so and takes sm_120's default.
