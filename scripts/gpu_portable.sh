@@ -15,7 +15,7 @@
 #             default; the default itself first) at 32768/131072/185000 x 64 x 8 with the sm_90 default, and
 #             those that fit sm_120 ($QREG_PROXY_CONFIGS) as the sm_120 proxy  -> results/bench/qreg-configs-<gpu>.jsonl
 #   proxy     the same shapes with each kernel's sm_120 default, marked proxy_for sm_120, and FlashInfer fa2 with
-#             the tiles it takes on sm_120 (100 KB per SM: 1 stage, 16-token tiles, unsharded; fa2_at_smem_per_sm in
+#             the tiles it takes on sm_120 (100 KB per SM: 1 stage, 16-token tiles, unsharded; fa2_as_arch in
 #             scripts/gpu_peers_env.sh; the record's resolved config says so)
 #                                                        -> results/bench/portable-proxy-sm120-<gpu>.jsonl
 #   ncu       counters of one call at 131072 / 64 / 8, both defaults, or $QREG_NCU ("label=JSON ...", the JSON
@@ -94,8 +94,7 @@ for item in "$@"; do
       for variant in cuda_qreg cuda_ws; do
         bench_shapes "$out" --variants $variant --peers --proxy-for sm_120 --config "$(default $variant sm_120)"
       done
-      smem=$(python3 -c "from verify_kernels.arch import load_arch; print(load_arch('sm_120').smem_per_sm_kb * 1024)")
-      ( fa2_at_smem_per_sm "$smem" && bench_shapes "$out" --variants flashinfer_fa2 --peers --proxy-for sm_120 )
+      ( fa2_as_arch sm_120 && bench_shapes "$out" --variants flashinfer_fa2 --peers --proxy-for sm_120 )
       pack ;;
     ncu)
       # $QREG_NCU ("label=JSON" entries, JSON without spaces over the default of the arch the label starts with)

@@ -124,16 +124,22 @@ def implementation_call(point: BenchPoint, problem):
     return call, resolved
 
 
+def smem_per_sm_bytes(arch: str) -> int:
+    """The shared memory per SM of ``arch`` in bytes (the registry's), what a peer's launch must read to run
+    that arch's config (scripts/gpu_peers_env.sh fa2_as_arch)."""
+    return load_arch(arch).smem_per_sm_kb * 1024
+
+
 def proxy_peer_problem(name: str, config: dict, arch: str) -> str | None:
     """Why a peer's row cannot stand as a proxy run for ``arch`` (None: it can). Our configs are constrained
     to the arch by ``--constrain-to``; a peer must say it ran the arch's config: the shared memory per SM its
     launch read (``smem_per_sm`` in its config) is the arch's."""
-    wanted = load_arch(arch).smem_per_sm_kb * 1024
+    wanted = smem_per_sm_bytes(arch)
     if config.get("smem_per_sm") == wanted and "tiles" not in config:
         return None
     ran = config or "a config it does not report"
     return (f"{name} as a proxy for {arch} must run that arch's config (its launch reading {wanted} bytes of shared "
-            f"memory per SM, scripts/gpu_peers_env.sh fa2_at_smem_per_sm); it ran {ran}")
+            f"memory per SM, scripts/gpu_peers_env.sh fa2_as_arch); it ran {ran}")
 
 
 def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, rep_ms: float,

@@ -13,7 +13,7 @@ fa2 picks its tiles at launch from the GPU's shared memory per SM (``DISPATCH_SM
 ``mla.cuh``): on the H200 2 stages of 64-token KV tiles with Q K^T sharded over its two warp halves, on
 an RTX PRO 6000 (sm_120, 100 KB per SM) 1 stage of 16-token tiles, unsharded. Each fa2 call carries
 the config it ran as ``config`` (read from the header it compiles, ``fa2_config``), which the bench
-records as the row's resolved config. ``scripts/gpu_peers_env.sh``'s ``fa2_at_smem_per_sm`` makes a
+records as the row's resolved config. ``scripts/gpu_peers_env.sh``'s ``fa2_as_arch`` makes a
 host copy of the package whose launch reads a given value instead of the GPU's (marked in the header
 with ``FORCED_MARK``): fa2 run on the H200 with sm_120's tiles, the peer beside ``--proxy-for sm_120``.
 """

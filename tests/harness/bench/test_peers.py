@@ -191,7 +191,7 @@ _DISPATCH = """
 
 def test_fa2_config_reads_the_branch_its_launch_takes():
     """FlashInfer fa2's tiles follow the shared memory per SM its launch reads: the GPU's, or the value a
-    marked line forces (fa2_at_smem_per_sm in scripts/gpu_peers_env.sh); an unparsed header says so."""
+    marked line forces (fa2_as_arch in scripts/gpu_peers_env.sh); an unparsed header says so."""
     from harness.bench.peers.flashinfer_mla import FORCED_MARK, fa2_config
 
     h200 = {"smem_per_sm": 233472, "smem_forced": False, "NUM_STAGES": 2, "CTA_TILE_KV": 64, "QK_SHARD": True}
