@@ -14,6 +14,9 @@
 #   configs   cuda_qreg configs side by side ($QREG_CONFIGS: JSON overrides, one per line, over the arch's
 #             default; the default itself first) at 32768/131072/185000 x 64 x 8 with the sm_90 default, and
 #             those that fit sm_120 ($QREG_PROXY_CONFIGS) as the sm_120 proxy  -> results/bench/qreg-configs-<gpu>.jsonl
+#   spans     cuda_qreg's spans walk (waves 0) beside its units rule (waves 2) on issue 33's ragged batches and
+#             short trees, the sm_90 default and (marked proxy_for sm_120) the sm_120 default, FlashMLA beside
+#             the sm_90 rows                                          -> results/bench/qreg-spans-<gpu>.jsonl
 #   proxy     the same shapes with each kernel's sm_120 default, marked proxy_for sm_120, and FlashInfer fa2 with
 #             the tiles it takes on sm_120 (100 KB per SM: 1 stage, 16-token tiles, unsharded; fa2_as_arch in
 #             scripts/gpu_peers_env.sh; the record's resolved config says so)
@@ -89,6 +92,20 @@ for item in "$@"; do
           "${proxy[@]}" "${flags[@]}"
       done
       tail -n 24 "${out%.jsonl}.txt"; pack ;;
+    spans)
+      out="results/bench/qreg-spans-$sku.jsonl"
+      for arch in sm_90 sm_120; do
+        base=$(default cuda_qreg $arch); proxy=(--peers flash_mla)
+        [ $arch = sm_120 ] && proxy=(--peers --proxy-for sm_120)
+        for shape in "--ragged 185000,4096,32768,131072 --tree 64 --heads 8" \
+                     "--ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16" \
+                     "--ragged 65536,65536,65536,65536,65536,65536,65536,65536 --tree 16 --heads 16" \
+                     "--prefix 4096,32768,131072 --tree 16 --heads 8" "--prefix 4096,185000 --tree 64 --heads 8"; do
+          bench_chain "$(left)" "$out" $shape --variants cuda_qreg "${proxy[@]}" --config "$base" \
+            --config "$(merged "$base" '{"waves": 0}')"
+        done
+      done
+      tail -n 30 "${out%.jsonl}.txt"; pack ;;
     proxy)
       out="results/bench/portable-proxy-sm120-$sku.jsonl"
       for variant in cuda_qreg cuda_ws; do
