@@ -21,7 +21,7 @@ from harness.measure.inputs import InputError
 from harness.measure.optuna_storage import load_study
 from harness.measure.records import read_records
 from harness.static.resources import static_rows
-from harness.static.space import VariantOnArch, _compile_key, static_cache
+from harness.static.space import VariantOnArch, compile_key, static_cache
 from verify_kernels.planner import PLAN_KEYS
 
 from .model import parameters_for, predict, tile_work_of
@@ -33,7 +33,7 @@ SEARCH = {"tensor_efficiency": (0.2, 1.0), "smem_efficiency": (0.2, 1.0), "satur
 def blocks_per_sm(target: VariantOnArch, config: dict) -> int:
     """CTAs per SM of ``config`` on the target's arch from the static model's cache (``vk static --space``
     fills it) where it was made for this kernel, model and compilers, else compiled."""
-    row = static_cache(target)["rows"].get(_compile_key(config))
+    row = static_cache(target)["rows"].get(compile_key(target, config))
     if row is None:
         row = static_rows(target, [config], allow_spills=target.spills_allowed)[0]
     return int(row.get("blocks_per_sm") or 0)
@@ -62,16 +62,18 @@ def measured_points(paths: list[Path], target: VariantOnArch) -> list[dict]:
 
 def study_points(storage: str, study_name: str) -> list[dict]:
     """The complete trials of a ``vk tune`` study (say an exhaustive one) as measured points: the
-    study's key for the shape, each trial's config (kv_splits 0: the kernel's rule, which the model
-    applies on the fitted arch) and median."""
+    study's key for the shape, each trial's config over the defaults the study ran at (its ``defaults``
+    attribute, where it has one: a default changed since then does not re-label its trials; kv_splits 0:
+    the kernel's rule, which the model applies on the fitted arch) and median."""
     import optuna
 
     study = load_study(storage, study_name)
     key = study.user_attrs.get("key")
     if not key:
         raise InputError(f"--study: {study_name!r} has no key attribute (not a vk tune study)")
+    defaults = study.user_attrs.get("defaults", {})
     return [{"prefix_len": key["prefix_len"], "tree_nodes": key["tree_nodes"], "heads": key["heads"], "batch": 1,
-             "page_size": key["page_size"], "config": dict(trial.params), "measured_ms": trial.value,
+             "page_size": key["page_size"], "config": {**defaults, **trial.params}, "measured_ms": trial.value,
              "source": study_name}
             for trial in study.trials
             if trial.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in trial.user_attrs]

@@ -223,6 +223,16 @@ def _compile_key(config: dict) -> str:
     return json.dumps({**key, "spans": True} if planner.walks_spans(config) else key, sort_keys=True)
 
 
+def compile_key(target: VariantOnArch, config: dict) -> str:
+    """The static cache's key of a config of the target (tunables, as a search space's candidates and a
+    study's trials hold them): ``_compile_key`` with the planner's keys the config leaves out at the
+    target's defaults, so a variant whose default walks the spans rule keys its candidates that way."""
+    from verify_kernels import planner
+
+    plan = {k: target.defaults[k] for k in planner.PLAN_KEYS if k in target.defaults}
+    return _compile_key({**plan, **config})
+
+
 def static_cache_path(target: VariantOnArch) -> Path:
     return STATIC_CACHE_DIR / f"{target.name}-{target.arch}.json"
 
@@ -252,11 +262,12 @@ def static_feasibility(target: VariantOnArch, progress: bool = True) -> list[Can
     cache_path = static_cache_path(target)
     cache = static_cache(target)
     result = candidates(target)
-    to_compile = sorted({_compile_key(c.config) for c in result if c.feasible} - set(cache["rows"]))
+    to_compile = sorted({compile_key(target, c.config) for c in result if c.feasible} - set(cache["rows"]))
+    plan_keys = {**target.defaults, **result[0].config}  # the planner's keys the variant takes
     for key in tqdm(to_compile, desc=f"static {variant} {arch}", unit="config", disable=not progress):
         config = json.loads(key)
         plan = {"kv_splits": 0, "waves": planner.SPANS if config.pop("spans", False) else 1}  # planned, that rule
-        config.update({name: value for name, value in plan.items() if name in result[0].config})
+        config.update({name: value for name, value in plan.items() if name in plan_keys})
         (row,) = static_rows(target, [config])[:1]
         cache["rows"][key] = {k: row.get(k) for k in ("registers", "spill_store_bytes", "spill_load_bytes",
                                                       "shared_bytes", "blocks_per_sm", "occupancy", "limiter",
@@ -266,7 +277,7 @@ def static_feasibility(target: VariantOnArch, progress: bool = True) -> list[Can
     spills_allowed = target.spills_allowed
     for candidate in result:
         if candidate.feasible:
-            candidate.static = cache["rows"][_compile_key(candidate.config)]
+            candidate.static = cache["rows"][compile_key(target, candidate.config)]
             spilled = (candidate.static.get("spill_store_bytes") or 0) + (candidate.static.get("spill_load_bytes") or 0)
             if not candidate.static["feasible"]:
                 candidate.reason = candidate.static["reason"] or "static model"

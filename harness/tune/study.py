@@ -192,6 +192,7 @@ def tune_key(key: TuneKey, target: VariantOnArch, *, storage: str, trials: int |
     reap_interrupted(study, opened)  # trials a killed run left RUNNING: failed, queued again, not counted
     study.set_user_attr("key", asdict(key))
     study.set_user_attr("arch", target.arch)
+    study.set_user_attr("defaults", target.defaults)  # what a trial's untuned keys ran at (fit.study_points)
     if exhaustive:
         trials = len(feasible)
     # A budget that covers the whole feasible space measures the space, in a fixed order: a sampler

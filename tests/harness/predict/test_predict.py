@@ -264,11 +264,12 @@ def test_a_predicted_table_says_when_the_model_cannot_tell_configs_apart():
 
 
 def test_a_planned_variant_is_predicted_over_the_planners_units():
-    """cuda_ws runs on the planner: a ragged batch's CTAs are row blocks x the plan's units (its long
-    request cut into many, its short one into few), and its longest unit sets the tiles."""
+    """cuda_ws runs on the planner: under its units rule (waves 2) a ragged batch's CTAs are row blocks x
+    the plan's units (its long request cut into many, its short one into few), and its longest unit sets
+    the tiles."""
     from verify_kernels import planner
 
-    config = dict(cuda_ws.DEFAULT_CONFIGS["sm_90"])
+    config = {**cuda_ws.DEFAULT_CONFIGS["sm_90"], "waves": 2}
     arch, lengths, nodes, heads = load_arch("sm_90"), [185000, 4096, 32768], 64, 8
     result = predict(WS_90, config, prefix_len=max(lengths), tree_nodes=nodes, heads=heads, blocks_per_sm=1,
                      params=EXACT, prefix_lens=lengths)

@@ -172,6 +172,11 @@ def test_the_static_cache_keys_the_spans_rule_apart(tmp_path, monkeypatch):
     key = space._compile_key
     assert key(units) == key({**units, "waves": 1}) == key({**units, "kv_splits": 8, "waves": 0})
     assert key({**units, "waves": 0}) != key(units)
+    # A candidate without the planner's keys (cuda_ws's space tunes none) is keyed at its defaults: spans.
+    ws = space.resolve("cuda_ws", "sm_90")
+    assert planner.walks_spans(ws.defaults)
+    assert space.compile_key(ws, {"BLOCK_N": 32}) == key({"BLOCK_N": 32, "kv_splits": 0, "waves": 0})
+    assert space.compile_key(ws, {"BLOCK_N": 32, "waves": 2}) == key(units)
 
     compiled = []
     row = {"registers": 1, "spill_store_bytes": 0, "spill_load_bytes": 0, "shared_bytes": 1, "blocks_per_sm": 1,
