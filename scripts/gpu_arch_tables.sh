@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Arch tables for variant="auto" on GPUs this project has no measured table for (issue 35), from one GPU
+# host: vk tune --constrain-to ARCH times only the configs ARCH's static model admits, by graph replay, and
+# writes them apart (results/tuned/<gpu>-proxy-<ARCH>.yaml, proxy_for: ARCH; studies in
+# results/tuned/optuna-proxy-<ARCH>.db). `vk tuned --publish --file` that table ships it as
+# verify_kernels/tuned/proxy-<ARCH>.yaml, which every ARCH card without its own table reads.
+#   sm_90  gluon_wgmma_ws (the fastest kernel there): L 4096 / 32768 / 131072 x T 16 / 64 / 256 x H 8 / 16, two ragged
+#          batches (one long request among short ones; eight mixed lengths) x T 32 / 64 x H 8 / 16, fp16 at two keys
+#   sm_89  the kernels that run without bulk copies or wgmma (triton_splitkv, cuda_coalesced): L 4096 / 32768 /
+#          131072 x T 16 / 64 / 256 x H 8, fp16 at two keys
+# Usage (repository root): bash scripts/gpu_arch_tables.sh SECONDS ARCH[:SECONDS]... [TRIALS per study, default 14]
+. scripts/gpu_env.sh
+deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
+trials=${TRIALS:-14}
+mkdir -p results/tuned
+for item in "$@"; do
+  arch=${item%%:*}; end=$deadline
+  [ "$arch" != "$item" ] && end=$(( $(date +%s) + ${item#*:} < deadline ? $(date +%s) + ${item#*:} : deadline ))
+  left() { local s=$(( end - $(date +%s) )); echo $(( s > 1 ? s : 1 )); }
+  log="results/tuned/proxy-$arch-tune-$sku.txt"
+  tune() {  # VARIANTS, then vk tune's key flags
+    local variants=$1; shift
+    timeout -s INT -k 15 "$(left)" python3 -m harness tune --constrain-to "$arch" --variants $variants --trials "$trials" \
+      --timing graph --rep-ms 50 --trial-timeout 120 --storage "sqlite:///results/tuned/optuna-proxy-$arch.db" \
+      --no-progress "$@" >> "$log" 2>&1
+    pack
+  }
+  echo "== $arch ($(left) s)"
+  case $arch in
+    sm_90)
+      tune gluon_wgmma_ws --prefix 4096,32768,131072 --tree 16,64,256 --heads 8,16
+      tune gluon_wgmma_ws --ragged 185000,4096,32768,131072 --ragged 64,900,4096,17000,33000,70000,110000,150000 \
+        --tree 32,64 --heads 8,16
+      tune gluon_wgmma_ws --dtype float16 --prefix 32768,131072 --tree 64 --heads 8 ;;
+    sm_89)
+      for variant in triton_splitkv cuda_coalesced; do
+        timeout -k 5 "$(( $(left) / 3 ))" python3 scripts/warm_kernel_cache.py "$variant" sm_89 | tail -n 2
+      done
+      tune "triton_splitkv cuda_coalesced" --prefix 4096,32768,131072 --tree 16,64,256 --heads 8
+      tune "triton_splitkv cuda_coalesced" --dtype float16 --prefix 32768,131072 --tree 64 --heads 8 ;;
+    *) echo "unknown arch $arch" >&2 ;;
+  esac
+  grep -E "^(gluon|triton|cuda)" "$log" | tail -n 40
+done
