@@ -46,8 +46,11 @@ BARRIER_BYTES = 128
 MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
 # Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
 # compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
+# sm_90 walks the planner's spans (waves 0): 2-17% faster than the units rule at all 8 shapes timed, ragged
+# batches and short trees; sm_120's 16-token tiles keep the units rule (waves 0 was 7% slower at 4 of 8
+# as the proxy; its tune picks per key): H100, results/bench/qreg-spans-nvidia-h100-80gb-hbm3.jsonl.
 DEFAULT_CONFIGS = {
-    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
+    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 0},
     "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
