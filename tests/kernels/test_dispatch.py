@@ -104,24 +104,29 @@ def test_no_predicted_table_off_the_gpu(tuned_dir):
         assert dispatch.tuned_choice(shape) is None
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_auto_on_sm120_picks_a_table_entry_for_every_serving_shape(monkeypatch, dtype):
-    """Issue 35's grid as an RTX PRO 6000 (sm_120, no measured table) sees it: L 2k-262k x T 1-256 x
-    H 8/16/64 x pages 16/64 all resolve from an sm_120 table (the nearest key), never the bare default
-    order: bf16 from the proxy tune's, fp16 (which the proxy did not time) from the predicted one."""
+@pytest.mark.parametrize("arch, dtype, source", [
+    ("sm_120", "bfloat16", "proxy"), ("sm_120", "float16", "predicted"),
+    ("sm_90", "bfloat16", "proxy"), ("sm_90", "float16", "proxy"),
+    ("sm_89", "bfloat16", "proxy"), ("sm_89", "float16", "proxy"),
+])
+def test_auto_picks_a_table_entry_for_every_serving_shape(monkeypatch, arch, dtype, source):
+    """Issue 35's grid as a card without a measured table sees it (an RTX PRO 6000, an H200 or H20, an
+    L40S): L 2k-262k x T 1-256 x H 8/16/64 x pages 16/64, one request or a batch, all resolve from the
+    arch's table (the nearest key), never the bare default order. sm_120: bf16 from the proxy tune's, fp16
+    (which that proxy did not time) from the predicted one; sm_90 and sm_89: their proxy tunes timed both."""
     monkeypatch.setattr(dispatch, "TUNED_DIR", dispatch.SHIPPED_TUNED_DIR)
     dispatch.load_tuned.cache_clear()
-    source = "proxy" if dtype == "bfloat16" else "predicted"
-    table = dispatch.load_tuned(f"{source}-sm_120", str(dispatch.SHIPPED_TUNED_DIR))
+    table = dispatch.load_tuned(f"{source}-{arch}", str(dispatch.SHIPPED_TUNED_DIR))
     for length in (2048, 4096, 16384, 32768, 65536, 131072, 185000, 262144):
         for nodes in (1, 16, 32, 64, 128, 256):
             for heads in (8, 16, 64):
-                for page_size in (16, 64):
-                    choice = dispatch.choose("nvidia-rtx-pro-6000-blackwell", "sm_120", dispatch.l_bucket(length),
-                                             nodes, heads, page_size, dtype)
+                for page_size, batch in ((16, 1), (64, 1), (64, 6)):
+                    choice = dispatch.choose("a-card-without-a-table", arch, dispatch.l_bucket(length),
+                                             nodes, heads, page_size, dtype, batch)
                     assert choice.source == source and choice.record in table.values(), (length, nodes, heads)
                     exact = (choice.record["l_bucket"], choice.record["tree_nodes"], choice.record["heads"],
-                             choice.record["page_size"]) == (dispatch.l_bucket(length), nodes, heads, page_size)
+                             choice.record["page_size"], choice.record.get("batch", 1)) == (
+                        dispatch.l_bucket(length), nodes, heads, page_size, batch)
                     assert (choice.distance == 0) == exact
     dispatch.load_tuned.cache_clear()
 
