@@ -8,7 +8,7 @@
 #          batches (one long request among short ones; eight mixed lengths) x T 32 / 64 x H 8 / 16, fp16 at two keys
 #   sm_89  the kernels that run without bulk copies or wgmma (triton_splitkv, cuda_coalesced): L 4096 / 32768 /
 #          131072 x T 16 / 64 / 256 x H 8, fp16 at two keys
-# Usage (repository root): bash scripts/gpu_arch_tables.sh SECONDS ARCH[:SECONDS]... [TRIALS per study, default 14]
+# Usage (repository root): [TRIALS=configs per study, default 14] bash scripts/gpu_arch_tables.sh SECONDS ARCH[:SECONDS]...
 . scripts/gpu_env.sh
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
 trials=${TRIALS:-14}
