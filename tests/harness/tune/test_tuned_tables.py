@@ -106,7 +106,7 @@ def test_tuned_explain_resolves_the_default_order_for_an_arch_without_a_table():
     assert name == "triton_ps1" and "triton_splitkv runs page sizes" in passed[3]
     assert default_order_pick("sm_100", 64)[0] == "cuda_ws"  # Blackwell: no wgmma
     # sm_100 ships no table (sm_89, sm_90 and sm_120 do)
-    done = subprocess.run([sys.executable, "-m", "harness", "tuned", "--explain", "--arch", "sm_100", "--prefix", "4000",
-                           "--tree", "16", "--heads", "8"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "harness", "tuned", "--explain", "--arch", "sm_100",
+                           "--prefix", "4000", "--tree", "16", "--heads", "8"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "no table entry; the default order runs cuda_ws" in done.stdout and "needs wgmma" in done.stdout
