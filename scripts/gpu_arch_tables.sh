@@ -29,7 +29,7 @@ for item in "$@"; do
   case $arch in
     sm_90)
       tune gluon_wgmma_ws --prefix 4096,32768,131072 --tree 16,64,256 --heads 8,16
-      tune gluon_wgmma_ws --ragged 185000,4096,32768,131072 --ragged 64,900,4096,17000,33000,70000,110000,150000 \
+      tune gluon_wgmma_ws --ragged $RAGGED_LONG_AMONG_SHORT --ragged $RAGGED_MIXED \
         --tree 32,64 --heads 8,16
       tune gluon_wgmma_ws --dtype float16 --prefix 32768,131072 --tree 64 --heads 8 ;;
     sm_89)

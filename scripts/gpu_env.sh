@@ -14,6 +14,11 @@ fi
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export OUT
 sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku())")
+# Issue 33's ragged batches, one place for every device script: one long request among short ones, eight
+# mixed lengths, eight equal ones (vk bench / vk tune --ragged).
+RAGGED_LONG_AMONG_SHORT=185000,4096,32768,131072
+RAGGED_MIXED=64,900,4096,17000,33000,70000,110000,150000
+RAGGED_EQUAL=65536,65536,65536,65536,65536,65536,65536,65536
 pack() { tar czf "$OUT/results.tgz" "${@:-results}"; }
 # One `vk bench` call the way the device scripts time side by side: chain trees (causal-only peers run them),
 # page 64, graph replay, 100 ms a point, resumable; records to OUT (JSONL), the table to OUT's .txt; cut at SECONDS.

@@ -38,7 +38,7 @@ bench_shapes() {  # out proxy-flag... ; the rest of the flags per group
   local out=$1; shift
   for shape in "--prefix 32768,131072,185000 --tree 64 --heads 8" "--prefix 185000 --tree 256 --heads 8" \
                "--prefix 131072 --tree 16 --heads 8" "--prefix 65536 --tree 64 --heads 16" \
-               "--prefix 32768 --tree 64 --heads 128" "--ragged 185000,4096,32768,131072 --tree 64 --heads 8"; do
+               "--prefix 32768 --tree 64 --heads 128" "--ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8"; do
     bench_chain "$(left)" "$out" $shape "$@"
   done
   tail -n 4 "${out%.jsonl}.txt"
@@ -97,9 +97,8 @@ for item in "$@"; do
       for arch in sm_90 sm_120; do
         base=$(default cuda_qreg $arch); proxy=(--peers flash_mla)
         [ $arch = sm_120 ] && proxy=(--peers --proxy-for sm_120)
-        for shape in "--ragged 185000,4096,32768,131072 --tree 64 --heads 8" \
-                     "--ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16" \
-                     "--ragged 65536,65536,65536,65536,65536,65536,65536,65536 --tree 16 --heads 16" \
+        for shape in "--ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8" "--ragged $RAGGED_MIXED --tree 32 --heads 16" \
+                     "--ragged $RAGGED_EQUAL --tree 16 --heads 16" \
                      "--prefix 4096,32768,131072 --tree 16 --heads 8" "--prefix 4096,185000 --tree 64 --heads 8"; do
           bench_chain "$(left)" "$out" $shape --variants cuda_qreg "${proxy[@]}" --config "$base" \
             --config "$(merged "$base" '{"waves": 0}')"

@@ -37,9 +37,9 @@ bench() {  # the shape flags of one group of points
   tail -n 3 "${records%.jsonl}.txt"
 }
 bench_shapes() {  # three ragged batches and five single requests (issue 33's table)
-  bench --ragged 185000,4096,32768,131072 --tree 64 --heads 8
-  bench --ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16
-  bench --ragged 65536,65536,65536,65536,65536,65536,65536,65536 --tree 16 --heads 16
+  bench --ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8
+  bench --ragged $RAGGED_MIXED --tree 32 --heads 16
+  bench --ragged $RAGGED_EQUAL --tree 16 --heads 16
   bench --prefix 131072,32768 --tree 16 --heads 8
   bench --prefix 4096,185000 --tree 64 --heads 8
   bench --prefix 185000 --tree 256 --heads 8
@@ -69,7 +69,7 @@ for item in "$@"; do
       bench_shapes
       pack ;;
     waves)
-      for shape in "--ragged 64,900,4096,17000,33000,70000,110000,150000 --tree 32 --heads 16" \
+      for shape in "--ragged $RAGGED_MIXED --tree 32 --heads 16" \
                    "--prefix 131072 --tree 16 --heads 8"; do
         bench_chain "$(left)" "results/bench/scheduler-waves-$sku.jsonl" --variants gluon_wgmma_ws triton_splitkv \
           --peers $shape --config '{"waves": 1}' --config '{"waves": 2}' --config '{"waves": 4}'

@@ -70,7 +70,7 @@ def predict(target: VariantOnArch, config: dict, *, prefix_len: int, tree_nodes:
     ``config`` (``blocks_per_sm`` from the static model); ``prefix_lens``: a ragged batch (else ``batch``
     requests of ``prefix_len``). A variant whose defaults carry the planner's ``waves`` runs on the
     planner: its units are ``planner.reference_plan``'s."""
-    module, arch = target.module, target.arch_record
+    arch = target.arch_record
     tile_work = tile_work_of(target)
     if blocks_per_sm < 1:
         raise ValueError(f"blocks_per_sm: the config cannot place a CTA on an SM of {arch.name} (got {blocks_per_sm})")
@@ -83,11 +83,11 @@ def predict(target: VariantOnArch, config: dict, *, prefix_len: int, tree_nodes:
     batch, sequence = len(lengths), max(lengths) + tree_nodes
     capacity = (math.ceil(sequence / page_size) + 1) * page_size  # a spare logical page, as tables have
     row_blocks = math.ceil(rows / work["rows"])
-    if "waves" in module.DEFAULT_CONFIG:  # the planner's units, on ``arch``
+    if "waves" in target.defaults:  # the planner's units, on ``arch``
         bounds = plan_bounds(batch=batch, row_blocks=row_blocks, capacity=capacity, block_n=work["block_n"],
                              sms=arch.sms, kv_splits=config.get("kv_splits", 0),
                              ctas_per_sm=work["split_rule"].get("ctas_per_sm", CTAS_PER_SM),
-                             waves=config.get("waves", module.DEFAULT_CONFIG["waves"]))
+                             waves=config.get("waves", target.defaults["waves"]))
         starts, split_len = reference_plan(lengths, tree_nodes, bounds)
         per_request = [b - a for a, b in zip(starts, starts[1:])]
         launched = bounds.spans  # the spans rule: one CTA per span, each a span's tiles (split_len)
