@@ -8,6 +8,8 @@
 #          batches (one long request among short ones; eight mixed lengths) x T 32 / 64 x H 8 / 16, fp16 at two keys
 #   sm_89  the kernels that run without bulk copies or wgmma (triton_splitkv, cuda_coalesced): L 4096 / 32768 /
 #          131072 x T 16 / 64 / 256 x H 8, fp16 at two keys
+#   sm_120 fp16 only (bf16 is scripts/gpu_proxy_tune.sh's): cuda_qreg and cuda_ws, L 4096 / 32768 / 131072 x
+#          T 16 / 64 x H 8
 # Usage (repository root): [TRIALS=configs per study, default 14] bash scripts/gpu_arch_tables.sh SECONDS ARCH[:SECONDS]...
 . scripts/gpu_env.sh
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
@@ -38,6 +40,11 @@ for item in "$@"; do
       done
       tune "triton_splitkv cuda_coalesced" --prefix 4096,32768,131072 --tree 16,64,256 --heads 8
       tune "triton_splitkv cuda_coalesced" --dtype float16 --prefix 32768,131072 --tree 64 --heads 8 ;;
+    sm_120)
+      for variant in cuda_qreg cuda_ws; do
+        timeout -k 5 "$(( $(left) / 3 ))" python3 scripts/warm_kernel_cache.py "$variant" sm_120 --dtype float16 | tail -n 2
+      done
+      tune "cuda_qreg cuda_ws" --dtype float16 --prefix 4096,32768,131072 --tree 16,64 --heads 8 ;;
     *) echo "unknown arch $arch" >&2 ;;
   esac
   grep -E "^(gluon|triton|cuda)" "$log" | tail -n 40

@@ -13,6 +13,11 @@ merged by the shared combine (split_combine.py). Tunables are compile-time macro
 - ``WARPS_M``: row groups per CTA (rows per CTA = 32 WARPS_M);
 - ``BLOCK_N``: KV tokens per tile; ``STAGES``: slots in the ring;
 - ``MIN_BLOCKS``: CTAs per SM the register allocation is bounded for;
+- ``EMPTY_BARS`` (optional, 0 if absent): 0 = a tile's first barrier is CTA-wide and frees the last tile's
+  slot; 1 or 2 = that barrier is the row group's and each slot has an "empty" mbarrier (one arrival per warp
+  after its P V), waited before the refill of the tile that many tiles back, so row groups run unlocked;
+- ``S_CHAINS`` (optional, 1 if absent): 2 = a 16-column step of S accumulates even and odd k-steps in two
+  sets of accumulators (eight independent HMMA chains per warp instead of four, 16 more registers);
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
   ``waves``: the most waves of units the planner may cut a badly balanced batch into, or 0 for the
   spans rule (CTA ranges across requests; the kernel is then compiled with ``SPANS`` and walks each
@@ -44,6 +49,8 @@ DIM_WARPS, GROUP_ROWS = 4, 32
 ROW_PITCH = HEAD_DIM + 8
 BARRIER_BYTES = 128
 MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
+# Optional macros and their values when absent (a config without them compiles as before they existed).
+OPTIONAL_MACROS = {"EMPTY_BARS": 0, "S_CHAINS": 1}
 # Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
 # compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
 # sm_90 walks the planner's spans (waves 0): 2-17% faster than the units rule at all 8 shapes timed, ragged
@@ -65,6 +72,9 @@ CHECK_CONFIGS = (
     {"WARPS_M": 1, "BLOCK_N": 64, "STAGES": 2, "kv_splits": 0},
     {**DEFAULT_CONFIGS["sm_120"], "waves": 0},
     {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0, "waves": 0},
+    {**DEFAULT_CONFIGS["sm_90"], "EMPTY_BARS": 1},
+    {**DEFAULT_CONFIGS["sm_120"], "EMPTY_BARS": 2, "kv_splits": 3},
+    {**DEFAULT_CONFIGS["sm_120"], "S_CHAINS": 2, "waves": 0},
 )
 
 
@@ -102,6 +112,14 @@ def config_problems(config: dict) -> list[str]:
                         f"share of a tile), got {block_n}")
     if warps_m > 14:
         problems.append(f"WARPS_M must be <= 14 (named barriers), got {warps_m}")
+    empty_bars = config.get("EMPTY_BARS", 0)
+    if empty_bars not in (0, 1, 2) or isinstance(empty_bars, bool):
+        problems.append(f"EMPTY_BARS must be 0, 1 or 2 (the refill's lag in tiles), got {empty_bars!r}")
+    elif empty_bars and not (empty_bars < stages <= 8):
+        problems.append(f"EMPTY_BARS {empty_bars} needs {empty_bars} < STAGES <= 8 (full and empty mbarriers "
+                        f"in {BARRIER_BYTES} bytes), got STAGES {stages}")
+    if config.get("S_CHAINS", 1) not in (1, 2):
+        problems.append(f"S_CHAINS must be 1 or 2, got {config.get('S_CHAINS')!r}")
     if DIM_WARPS * warps_m * min_blocks > 8:
         problems.append(f"{DIM_WARPS * warps_m} warps x {min_blocks} CTAs per SM > 8 warps: each needs ~255 "
                         "registers per thread (Q and O in registers)")
@@ -125,9 +143,11 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
 
 
 def macros(config: dict) -> dict:
-    """The kernel's compile-time macros: the tunables, and ``SPANS`` where the plan is the spans rule
-    (named only then, so a units config compiles exactly as before the spans walk)."""
-    return {**{k: config[k] for k in MACROS}, **({"SPANS": 1} if planner.walks_spans(config) else {})}
+    """The kernel's compile-time macros: the tunables, ``SPANS`` where the plan is the spans rule and the
+    optional macros where they differ from their default (each named only then, so a config without them
+    compiles exactly as before)."""
+    optional = {k: config[k] for k, absent in OPTIONAL_MACROS.items() if config.get(k, absent) != absent}
+    return {**{k: config[k] for k in MACROS}, **({"SPANS": 1} if planner.walks_spans(config) else {}), **optional}
 
 
 @lru_cache(maxsize=None)

@@ -23,8 +23,11 @@
 //     factor of its rows.
 //   O += P V: output columns [128 wn, +128) of all 32 rows (128 fp32 registers), P's A fragments by
 //     ldmatrix, V = the tile's first 512 columns by ldmatrix.trans.
+//   (S_CHAINS = 2: S's even and odd k-steps accumulate apart, eight HMMA chains per 16-column step.)
 // Two barriers per tile: CTA-wide after the partial S (it also frees tile i - 1's slot), the row
-// group's after P. (The last warp refilling the whole tile through a per-slot counter took about 20%
+// group's after P. With EMPTY_BARS = n (1 or 2) the first barrier is the row group's too and a slot is freed
+// by its own mbarrier instead (empty[slot]: one arrival per warp after its P V of the tile); a warp waits
+// on it before copying its share of tile i - n + STAGES, so the two row groups are never held together. (The last warp refilling the whole tile through a per-slot counter took about 20%
 // more time, 30% at sm_120's tile: notes/2026-12-04-qreg-ring.md.)
 // Shared memory: mbarriers, the ring [STAGES][BLOCK_N][584], partial S
 // [WARPS_M][4][32][BLOCK_N + 8] fp32, P [ROWS][BLOCK_N + 8], the rescale factors and row sums
@@ -47,6 +50,13 @@
 #endif
 #ifndef SPANS
 #define SPANS 0
+#endif
+#ifndef S_CHAINS
+#define S_CHAINS 1
+#endif
+static_assert(S_CHAINS == 1 || S_CHAINS == 2, "S_CHAINS: 1 or 2 accumulator sets per 16-column step of S");
+#ifndef EMPTY_BARS
+#define EMPTY_BARS 0
 #endif
 #include "mma_sync.cuh"
 #include "kv_ring.cuh"
@@ -74,6 +84,8 @@ constexpr int SHARE = BLOCK_N / CONSUMERS;  // a warp's rows of each tile
 
 static_assert(BLOCK_N == 16 || BLOCK_N == 32 || BLOCK_N == 64, "BLOCK_N: 16, 32 or 64");
 static_assert(STAGES >= 2 && STAGES * 12 <= BARRIER_BYTES, "STAGES: 2 .. 10");
+static_assert(EMPTY_BARS == 0 || (EMPTY_BARS <= 2 && STAGES > EMPTY_BARS && 2 * STAGES * 8 <= BARRIER_BYTES),
+              "EMPTY_BARS: 0, or a refill lag of 1 or 2 tiles below STAGES, STAGES <= 8 (full and empty mbarriers)");
 static_assert(BLOCK_N % CONSUMERS == 0, "BLOCK_N: a multiple of the CTA's warps (each copies its share)");
 static_assert(WARPS_M >= 1 && WARPS_M <= 14, "named barriers: 1 .. WARPS_M for the row groups");
 
@@ -93,6 +105,7 @@ __device__ __forceinline__ void row_group_sync(int wm) {
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VERIFY_PARAMS) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned long long* full = reinterpret_cast<unsigned long long*>(smem_raw);
+  unsigned long long* empty = full + STAGES;  // used with EMPTY_BARS only
   elem_t* ring = reinterpret_cast<elem_t*>(smem_raw + BARRIER_BYTES);
   float* s_part = reinterpret_cast<float*>(ring + STAGES * BLOCK_N * PITCH);
   elem_t* p_s = reinterpret_cast<elem_t*>(s_part + WARPS_M * DIM_WARPS * GROUP_ROWS * S_PITCH);
@@ -120,7 +133,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
 
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) mbar_init(&full[s], BLOCK_N);  // one arrival per row, with its bytes
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], BLOCK_N);  // one arrival per row, with its bytes
+      if (EMPTY_BARS) mbar_init(&empty[s], CONSUMERS);  // one arrival per warp done with the slot's tile
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -203,6 +219,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
       for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
         for (int j = 0; j < 2; ++j) s[rt][j][0] = s[rt][j][1] = s[rt][j][2] = s[rt][j][3] = 0.f;
+#if S_CHAINS == 2
+      float s2[2][2][4];
+#pragma unroll
+      for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) s2[rt][j][0] = s2[rt][j][1] = s2[rt][j][2] = s2[rt][j][3] = 0.f;
+#endif
 #pragma unroll
       for (int k = 0; k < Q_KSTEPS; ++k) {
         unsigned kf[4];
@@ -210,10 +233,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
                             ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int rt = 0; rt < 2; ++rt) {
-          mma_16816(s[rt][0], qf[rt][k], kf[0], kf[1]);
-          mma_16816(s[rt][1], qf[rt][k], kf[2], kf[3]);
+#if S_CHAINS == 2
+          float (&acc_s)[2][4] = (k % 2) ? s2[rt] : s[rt];
+#else
+          float (&acc_s)[2][4] = s[rt];
+#endif
+          mma_16816(acc_s[0], qf[rt][k], kf[0], kf[1]);
+          mma_16816(acc_s[1], qf[rt][k], kf[2], kf[3]);
         }
       }
+#if S_CHAINS == 2
+#pragma unroll
+      for (int rt = 0; rt < 2; ++rt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[rt][j][e] += s2[rt][j][e];
+#endif
 #pragma unroll
       for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
@@ -322,8 +358,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     partial_s(tile);
+#if EMPTY_BARS
+    row_group_sync(wm);  // the group's partial S of tile complete
+    if (tile >= EMPTY_BARS && tile - EMPTY_BARS + STAGES < num_tiles) {
+      const int freed = ring_tiles + tile - EMPTY_BARS;  // every warp done with it: its slot takes the refill
+      mbar_wait(&empty[freed % STAGES], (freed / STAGES) & 1);
+      issue_share(tile - EMPTY_BARS + STAGES);
+    }
+#else
     __syncthreads();  // every warp's partial S of tile, hence every warp done with tile - 1's slot
     if (tile >= 1 && tile - 1 + STAGES < num_tiles) issue_share(tile - 1 + STAGES);
+#endif
     float v[OWN_SEGS][4];
     load_s(v);
     finish_softmax(v, tile);
@@ -331,6 +376,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
     rescale_o();
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk) pv_step(tile, kk);
+#if EMPTY_BARS
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[(ring_tiles + tile) % STAGES]);  // this warp is done with the slot
+#endif
   }
 
   // Row sums: the owner's four lanes, then 1 / l through shared memory for the group's warps.
