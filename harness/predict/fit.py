@@ -56,7 +56,8 @@ def measured_points(paths: list[Path], target: VariantOnArch) -> list[dict]:
             points.append({"prefix_len": record["prefix_len"], "tree_nodes": record["tree_nodes"],
                            "heads": record["heads"], "batch": record.get("batch", 1), "page_size": record["page_size"],
                            "prefix_lens": record.get("prefix_lens"),  # a ragged batch's lengths
-                           "config": config, "measured_ms": record["median_ms"], "source": path.name})
+                           "config": config, "measured_ms": record["median_ms"], "source": path.name,
+                           "gpu": record.get("environment", {}).get("gpu")})
     return points
 
 
@@ -74,7 +75,7 @@ def study_points(storage: str, study_name: str) -> list[dict]:
     defaults = study.user_attrs.get("defaults", {})
     return [{"prefix_len": key["prefix_len"], "tree_nodes": key["tree_nodes"], "heads": key["heads"], "batch": 1,
              "page_size": key["page_size"], "config": {**defaults, **trial.params}, "measured_ms": trial.value,
-             "source": study_name}
+             "source": study_name, "gpu": study_name.split("|")[1]}
             for trial in study.trials
             if trial.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in trial.user_attrs]
 

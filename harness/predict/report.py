@@ -36,7 +36,9 @@ def write_validation(points, target: VariantOnArch, fitted: dict, rows: list[dic
               f"{r['predicted_best_vs_best']:.3f}", f"{r['median_abs_pct_error']:.1f}") for r in rows]
     spearman_ok = sum(r["spearman"] >= 0.8 for r in rows)
     best_ok = sum(r["predicted_best_vs_best"] <= 1.10 for r in rows)
-    lines = [f"# Predictor validation: {variant}, fitted on {fitted_on} ({arch.gpu})", "",
+    measured_on = ", ".join(sorted({str(p.get("gpu")) for p in points})) or "?"
+    lines = [f"# Predictor validation: {variant}, fitted on {fitted_on} (the rates of its {arch.gpu}; measured on "
+             f"{measured_on})", "",
              f"Fitted on {fitted['training_points']} measurements of the training configs; validated on "
              f"{len(held_out)} held-out configs the fit never saw. Parameters: "
              + ", ".join(f"{k} {v:.3g}" for k, v in fitted["params"].items()) + ".", "",

@@ -74,7 +74,7 @@ def test_explicit_config_wins_over_the_tuned_one(tuned_dir):
 @pytest.mark.parametrize("dtype, source, table_name, key", [
     (torch.bfloat16, "PROXY", "proxy-sm_120",
      "cuda_qreg|nvidia-h100-80gb-hbm3-proxy-sm_120|L131072|T64|H8|ps64|bfloat16"),
-    (torch.float16, "PREDICTED", "predicted-sm_120", "cuda_ws|sm_120|predicted|L131072|T64|H8|ps64"),
+    (torch.float16, "PREDICTED", "predicted-sm_120", "cuda_qreg|sm_120|predicted|L131072|T64|H8|ps64"),
 ])
 def test_auto_on_a_faked_sm120_gpu_uses_the_shipped_arch_tables_and_warns_once(monkeypatch, dtype, source, table_name,
                                                                                key):

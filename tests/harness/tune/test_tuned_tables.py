@@ -55,9 +55,9 @@ def test_tuned_explain_names_the_record_that_decides_auto():
     proxy = explain("--prefix", "131008", "--tree", "64", "--heads", "8")  # L + T = 131072: that bucket
     assert "cuda_qreg" in proxy and "PROXY record at the same key" in proxy and "proxy-sm_120.yaml" in proxy
     exact = explain("--prefix", "131008", "--tree", "64", "--heads", "8", "--dtype", "float16")  # not proxy-timed
-    assert "cuda_ws" in exact and "PREDICTED record at the same key" in exact and "predicted-sm_120.yaml" in exact
-    # The model predicts SPLIT_K 0 and 1 alike there: the table says so and takes sm_120's default.
-    assert "cannot tell" in exact and "the arch's default config" in exact and "'SPLIT_K': 1" in exact
+    assert "cuda_qreg" in exact and "PREDICTED record at the same key" in exact and "predicted-sm_120.yaml" in exact
+    # The model predicts cuda_qreg's walks (waves 0 / 1 / 2) alike there: the table says so and takes sm_120's default.
+    assert "cannot tell" in exact and "the arch's default config" in exact and "'waves': 2" in exact
     nearest = explain("--prefix", "50000", "--tree", "1", "--heads", "64", "--page-size", "16", "--dtype", "float16")
     assert "at the nearest key (L bucket 32768, T 16, H 16, page 64" in nearest
     between = explain("--prefix", "70000", "--tree", "64", "--heads", "8", "--dtype", "float16")  # 32k, 128k as near
