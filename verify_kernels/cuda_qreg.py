@@ -49,8 +49,9 @@ DIM_WARPS, GROUP_ROWS = 4, 32
 ROW_PITCH = HEAD_DIM + 8
 BARRIER_BYTES = 128
 MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
-# Optional macros and their values when absent (a config without them compiles as before they existed).
-OPTIONAL_MACROS = {"EMPTY_BARS": 0, "S_CHAINS": 1}
+# Optional keys (compile-time macros) and their values when absent: a config without them compiles as before
+# they existed (variants.resolve_config accepts them).
+OPTIONAL_CONFIG = {"EMPTY_BARS": 0, "S_CHAINS": 1}
 # Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
 # compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
 # sm_90 walks the planner's spans (waves 0): 2-17% faster than the units rule at all 8 shapes timed, ragged
@@ -146,7 +147,7 @@ def macros(config: dict) -> dict:
     """The kernel's compile-time macros: the tunables, ``SPANS`` where the plan is the spans rule and the
     optional macros where they differ from their default (each named only then, so a config without them
     compiles exactly as before)."""
-    optional = {k: config[k] for k, absent in OPTIONAL_MACROS.items() if config.get(k, absent) != absent}
+    optional = {k: config[k] for k, absent in OPTIONAL_CONFIG.items() if config.get(k, absent) != absent}
     return {**{k: config[k] for k in MACROS}, **({"SPANS": 1} if planner.walks_spans(config) else {}), **optional}
 
 

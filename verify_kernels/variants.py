@@ -54,6 +54,7 @@ class VariantModule(Protocol):
 # Optional names and what a variant without one gets.
 OPTIONAL: dict[str, Any] = {
     "DEFAULT_CONFIGS": {},                            # per-arch defaults ("sm_90", "sm_120"): defaults_for picks one
+    "OPTIONAL_CONFIG": {},                            # keys a config may add, their values when absent (not merged)
     "CHECK_CONFIGS": (),                              # configs the oracle check runs besides the default
     "CPU_INTERPRETABLE": False,                       # runs under TRITON_INTERPRET=1 (the CPU suite)
     "complete_config": lambda config, shape: config,  # (config, shape) -> checked config, shape-derived values filled
@@ -103,15 +104,18 @@ def defaults_for(module: ModuleType, arch_name: str | None) -> dict:
 
 def resolve_config(name: str, module: ModuleType, config: dict | None, shape) -> dict:
     """The variant's defaults for ``shape``'s GPU (``defaults_for``) overridden by ``config``, then
-    checked and completed. Unknown keys raise with the known ones. Uses shapes only (no host sync).
+    checked and completed. Unknown keys raise with the known ones (the defaults' and the module's
+    ``OPTIONAL_CONFIG``, which enter the result only where given). Uses shapes only (no host sync).
     """
     merged = defaults_for(module, device_arch(shape.device))
+    extra = optional(module, "OPTIONAL_CONFIG")
     if config:
-        unknown = sorted(set(config) - set(merged))
+        unknown = sorted(set(config) - set(merged) - set(extra))
         if unknown:
-            raise ValueError(f"config: unknown keys {unknown} for variant {name!r}; expected keys {sorted(merged)}")
+            raise ValueError(f"config: unknown keys {unknown} for variant {name!r}; expected keys "
+                             f"{sorted(merged)}" + (f" or the optional {sorted(extra)}" if extra else ""))
         for key, value in config.items():
-            default = merged[key]
+            default = merged[key] if key in merged else extra[key]
             if isinstance(default, int) and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
                 raise TypeError(f"config: {key} must be an int (like its default {default!r}) for variant {name!r}, "
                                 f"got {value!r} ({type(value).__name__})")
