@@ -12,8 +12,10 @@
 #   pipeline  cuda_qreg's two phase orders (PIPELINE 0 and 1) side by side at its sm_90 default and, as the
 #             sm_120 proxy, at its sm_120 default                  -> results/bench/qreg-pipeline-<gpu>.jsonl
 #   configs   cuda_qreg configs side by side ($QREG_CONFIGS: JSON overrides, one per line, over the arch's
-#             default; the default itself first) at 32768/131072/185000 x 64 x 8 with the sm_90 default, and
-#             those that fit sm_120 ($QREG_PROXY_CONFIGS) as the sm_120 proxy  -> results/bench/qreg-configs-<gpu>.jsonl
+#             default; the default itself first) at 32768/131072/185000 x 64 x 8 (or $QREG_SHAPES, vk bench shape
+#             flags, one set per line) with the sm_90 default, and those that fit sm_120 ($QREG_PROXY_CONFIGS) as
+#             the sm_120 proxy; $QREG_TAG names a file of its own (an experiment timed afresh, not resumed)
+#                                                         -> results/bench/qreg-configs[-<tag>]-<gpu>.jsonl
 #   spans     cuda_qreg's spans walk (waves 0) beside its units rule (waves 2) on issue 33's ragged batches and
 #             short trees, the sm_90 default and (marked proxy_for sm_120) the sm_120 default, FlashMLA beside
 #             the sm_90 rows                                          -> results/bench/qreg-spans-<gpu>.jsonl
@@ -77,7 +79,7 @@ for item in "$@"; do
       done
       tail -n 8 "${out%.jsonl}.txt"; pack ;;
     configs)
-      out="results/bench/qreg-configs-$sku.jsonl"
+      out="results/bench/qreg-configs${QREG_TAG:+-$QREG_TAG}-$sku.jsonl"
       for arch in sm_90 sm_120; do
         list=${QREG_CONFIGS:-}; proxy=()
         [ $arch = sm_120 ] && { list=${QREG_PROXY_CONFIGS:-}; proxy=(--proxy-for sm_120); }
@@ -88,8 +90,9 @@ for item in "$@"; do
         done <<< "$list"
         mapfile -t overrides <<< "$list"
         timeout -k 5 "$(( $(left) / 3 ))" python3 scripts/warm_kernel_cache.py cuda_qreg $arch --configs "${overrides[@]}" | tail -n 2
-        bench_chain "$(left)" "$out" --prefix 32768,131072,185000 --tree 64 --heads 8 --variants cuda_qreg --peers \
-          "${proxy[@]}" "${flags[@]}"
+        while read -r shape; do
+          [ -n "$shape" ] && bench_chain "$(left)" "$out" $shape --variants cuda_qreg --peers "${proxy[@]}" "${flags[@]}"
+        done <<< "${QREG_SHAPES:---prefix 32768,131072,185000 --tree 64 --heads 8}"
       done
       tail -n 24 "${out%.jsonl}.txt"; pack ;;
     spans)
