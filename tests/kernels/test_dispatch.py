@@ -74,12 +74,13 @@ def test_explicit_config_wins_over_the_tuned_one(tuned_dir):
 @pytest.mark.parametrize("dtype, source, table_name, key", [
     (torch.bfloat16, "PROXY", "proxy-sm_120",
      "cuda_qreg|nvidia-h100-80gb-hbm3-proxy-sm_120|L131072|T64|H8|ps64|bfloat16"),
-    (torch.float16, "PREDICTED", "predicted-sm_120", "cuda_qreg|sm_120|predicted|L131072|T64|H8|ps64"),
+    (torch.float16, "PROXY", "proxy-sm_120",
+     "cuda_qreg|nvidia-h100-80gb-hbm3-proxy-sm_120|L131072|T64|H8|ps64|float16"),
 ])
 def test_auto_on_a_faked_sm120_gpu_uses_the_shipped_arch_tables_and_warns_once(monkeypatch, dtype, source, table_name,
                                                                                key):
-    """No measured table for the card: the proxy tune's winner for sm_120 (bf16, what it measured),
-    else the predictor's (fp16), announced once per key."""
+    """No measured table for the card: the proxy tune's winner for sm_120 (bf16 and fp16, both measured),
+    announced once per key."""
     monkeypatch.setattr(dispatch, "TUNED_DIR", dispatch.SHIPPED_TUNED_DIR)
     monkeypatch.setattr(dispatch, "device_sku", lambda device=None: "nvidia-rtx-pro-6000-blackwell-workstation-edition")
     monkeypatch.setattr(dispatch, "device_arch", lambda device: "sm_120")
@@ -105,15 +106,15 @@ def test_no_predicted_table_off_the_gpu(tuned_dir):
 
 
 @pytest.mark.parametrize("arch, dtype, source", [
-    ("sm_120", "bfloat16", "proxy"), ("sm_120", "float16", "predicted"),
+    ("sm_120", "bfloat16", "proxy"), ("sm_120", "float16", "proxy"),
     ("sm_90", "bfloat16", "proxy"), ("sm_90", "float16", "proxy"),
     ("sm_89", "bfloat16", "proxy"), ("sm_89", "float16", "proxy"),
 ])
 def test_auto_picks_a_table_entry_for_every_serving_shape(monkeypatch, arch, dtype, source):
     """Issue 35's grid as a card without a measured table sees it (an RTX PRO 6000, an H200 or H20, an
     L40S): L 2k-262k x T 1-256 x H 8/16/64 x pages 16/64, one request or a batch, all resolve from the
-    arch's table (the nearest key), never the bare default order. sm_120: bf16 from the proxy tune's, fp16
-    (which that proxy did not time) from the predicted one; sm_90 and sm_89: their proxy tunes timed both."""
+    arch's table (the nearest key), never the bare default order: each arch's proxy tune timed both dtypes
+    (the predicted sm_120 table answers only a dtype the proxy lacks)."""
     monkeypatch.setattr(dispatch, "TUNED_DIR", dispatch.SHIPPED_TUNED_DIR)
     dispatch.load_tuned.cache_clear()
     table = dispatch.load_tuned(f"{source}-{arch}", str(dispatch.SHIPPED_TUNED_DIR))

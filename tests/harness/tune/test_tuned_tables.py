@@ -40,27 +40,33 @@ def test_tuned_compare_lines_up_a_proxy_table_with_the_predicted_one(tmp_path):
     assert done.returncode == 0 and "STAGES 2/3" in done.stdout
 
 
-def test_tuned_explain_names_the_record_that_decides_auto():
-    """vk tuned --explain: on sm_120 (no measured table) every shape resolves from the predicted table,
-    at its own key or the nearest one, and says which."""
+def test_tuned_explain_names_the_record_that_decides_auto(tmp_path):
+    """vk tuned --explain: on sm_120 (no measured table) every shape resolves from the proxy table (both
+    dtypes timed), else from the predicted one, at its own key or the nearest one, and says which."""
+    import os
+    import shutil
     import subprocess
     import sys
 
-    def explain(*argv):
+    def explain(*argv, tuned_dir=None):
+        env = {**os.environ, **({"VK_TUNED_DIR": str(tuned_dir)} if tuned_dir else {})}
         done = subprocess.run([sys.executable, "-m", "harness", "tuned", "--explain", "--arch", "sm_120", *argv],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    proxy = explain("--prefix", "131008", "--tree", "64", "--heads", "8")  # L + T = 131072: that bucket
-    assert "cuda_qreg" in proxy and "PROXY record at the same key" in proxy and "proxy-sm_120.yaml" in proxy
-    exact = explain("--prefix", "131008", "--tree", "64", "--heads", "8", "--dtype", "float16")  # not proxy-timed
+    for dtype in ("bfloat16", "float16"):
+        proxy = explain("--prefix", "131008", "--tree", "64", "--heads", "8", "--dtype", dtype)  # L + T: that bucket
+        assert "cuda_qreg" in proxy and "PROXY record at the same key" in proxy and "proxy-sm_120.yaml" in proxy
+    # Without the proxy table (a dtype it did not time reads the same way): the predicted table.
+    shutil.copy(SHIPPED_TUNED_DIR / "predicted-sm_120.yaml", tmp_path)
+    exact = explain("--prefix", "131008", "--tree", "64", "--heads", "8", tuned_dir=tmp_path)
     assert "cuda_qreg" in exact and "PREDICTED record at the same key" in exact and "predicted-sm_120.yaml" in exact
     # The model predicts cuda_qreg's walks (waves 0 / 1 / 2) alike there: the table says so and takes sm_120's default.
     assert "cannot tell" in exact and "the arch's default config" in exact and "'waves': 2" in exact
-    nearest = explain("--prefix", "50000", "--tree", "1", "--heads", "64", "--page-size", "16", "--dtype", "float16")
+    nearest = explain("--prefix", "50000", "--tree", "1", "--heads", "64", "--page-size", "16", tuned_dir=tmp_path)
     assert "at the nearest key (L bucket 32768, T 16, H 16, page 64" in nearest
-    between = explain("--prefix", "70000", "--tree", "64", "--heads", "8", "--dtype", "float16")  # 32k, 128k as near
+    between = explain("--prefix", "70000", "--tree", "64", "--heads", "8", tuned_dir=tmp_path)  # 32k, 128k as near
     assert "nearest key (L bucket 131072, T 64, H 8" in between
 
 
