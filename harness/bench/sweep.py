@@ -64,10 +64,12 @@ def page_size_for(variant: str, requested: int) -> int:
 
 
 def _applies(variant: str, config: dict) -> bool:
-    """Whether a config override is meant for this variant (all its keys are the variant's tunables)."""
+    """Whether a config override is meant for this variant (all its keys are the variant's tunables or
+    optional keys)."""
     if variant in peers.PEERS:
         return False
-    return set(config) <= set(variants.load_variant(variant).DEFAULT_CONFIG)
+    module = variants.load_variant(variant)
+    return set(config) <= set(module.DEFAULT_CONFIG) | set(variants.optional(module, "OPTIONAL_CONFIG"))
 
 
 def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[int], heads: list[int],

@@ -32,3 +32,11 @@ def test_the_floor_of_a_ragged_batch_is_the_sum_of_its_requests():
 
 def test_bench_point_defaults_still_describe_a_uniform_batch():
     assert BenchPoint("triton_splitkv", 100, 8, 2, 16, batch=3).lengths() == [100, 100, 100]
+
+
+def test_a_config_with_optional_keys_is_its_own_point():
+    """An optional key (cuda_qreg's EMPTY_BARS) keeps the override: dropped, the point ran the default
+    under the experiment's name and --resume took one for the other."""
+    base = {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 0}
+    points = sweep_points(["cuda_qreg"], [4096], [64], [8], [64], configs=[base, {**base, "EMPTY_BARS": 1}])
+    assert [dict(p.config) for p in points] == [base, {**base, "EMPTY_BARS": 1}]
