@@ -163,7 +163,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
                                                  block_table + (long long)request * stride_table_b, page_size, start,
                                                  seq_len, tile, ring_tiles, warp * SHARE, lane);
   };
-  for (int tile = 0; tile < STAGES && tile < num_tiles; ++tile) issue_share(tile);
+  for (int tile = 0; tile < STAGES && tile < num_tiles; ++tile) {
+#if EMPTY_BARS
+    if (ring_tiles + tile >= STAGES) {  // the slot held the last segment's tile: released before the segment barrier,
+      const int freed = ring_tiles + tile - STAGES;  // waited here all the same (every arrival has its wait)
+      mbar_wait(&empty[freed % STAGES], (freed / STAGES) & 1);
+    }
+#endif
+    issue_share(tile);
+  }
 
   // Q's A fragments of this warp's head dims [144 wn, +144), rows g and g + 8 of each row tile
   // (zero past the last row), straight from global memory.
