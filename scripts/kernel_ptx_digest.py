@@ -129,10 +129,18 @@ def restamp(tables: list[Path], before: dict, after: dict, before_path: Path) ->
             why = (f"identical PTX for {len(mine)} kernel/arch pairs of this config "
                    f"(scripts/kernel_ptx_digest.py against {before_path.name})")
             record["restamped"] = {"from_kernel_source_hash": measured_at,  # the hash it was measured at
-                                   "why": f"{earlier['why']}; then {why}" if earlier.get("why") else why}
+                                   "why": restamp_note(earlier.get("why"), why)}
             record["kernel_source_hash"] = current
             print(f"{key}: restamped {record['restamped']['from_kernel_source_hash']} -> {current}")
         path.write_text(yaml.safe_dump(records, sort_keys=True))
+
+
+def restamp_note(earlier: str | None, why: str) -> str:
+    """The record's chain of re-stamps with ``why`` added, unless it already ends with it (a second re-stamp
+    against the same digest adds nothing the reader needs)."""
+    if not earlier:
+        return why
+    return earlier if earlier.split("; then ")[-1] == why else f"{earlier}; then {why}"
 
 
 if __name__ == "__main__":
