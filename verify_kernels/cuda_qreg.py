@@ -16,8 +16,6 @@ merged by the shared combine (split_combine.py). Tunables are compile-time macro
 - ``EMPTY_BARS`` (optional, 0 if absent): 0 = a tile's first barrier is CTA-wide and frees the last tile's
   slot; 1 or 2 = that barrier is the row group's and each slot has an "empty" mbarrier (one arrival per warp
   after its P V), waited before the refill of the tile that many tiles back, so row groups run unlocked;
-- ``S_CHAINS`` (optional, 1 if absent): 2 = a 16-column step of S accumulates even and odd k-steps in two
-  sets of accumulators (eight independent HMMA chains per warp instead of four, 16 more registers);
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
   ``waves``: the most waves of units the planner may cut a badly balanced batch into, or 0 for the
   spans rule (CTA ranges across requests; the kernel is then compiled with ``SPANS`` and walks each
@@ -51,7 +49,7 @@ BARRIER_BYTES = 128
 MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
 # Optional keys (compile-time macros) and their values when absent: a config without them compiles as before
 # they existed (variants.resolve_config accepts them).
-OPTIONAL_CONFIG = {"EMPTY_BARS": 0, "S_CHAINS": 1}
+OPTIONAL_CONFIG = {"EMPTY_BARS": 0}
 # Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
 # compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
 # sm_90 walks the planner's spans (waves 0): 2-17% faster than the units rule at all 8 shapes timed, ragged
@@ -75,7 +73,6 @@ CHECK_CONFIGS = (
     {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0, "waves": 0},
     {**DEFAULT_CONFIGS["sm_90"], "EMPTY_BARS": 1},
     {**DEFAULT_CONFIGS["sm_120"], "EMPTY_BARS": 2, "kv_splits": 3},
-    {**DEFAULT_CONFIGS["sm_120"], "S_CHAINS": 2, "waves": 0},
 )
 
 
@@ -119,8 +116,6 @@ def config_problems(config: dict) -> list[str]:
     elif empty_bars and not (empty_bars < stages <= 8):
         problems.append(f"EMPTY_BARS {empty_bars} needs {empty_bars} < STAGES <= 8 (full and empty mbarriers "
                         f"in {BARRIER_BYTES} bytes), got STAGES {stages}")
-    if config.get("S_CHAINS", 1) not in (1, 2):
-        problems.append(f"S_CHAINS must be 1 or 2, got {config.get('S_CHAINS')!r}")
     if DIM_WARPS * warps_m * min_blocks > 8:
         problems.append(f"{DIM_WARPS * warps_m} warps x {min_blocks} CTAs per SM > 8 warps: each needs ~255 "
                         "registers per thread (Q and O in registers)")

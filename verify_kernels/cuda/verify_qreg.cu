@@ -23,12 +23,12 @@
 //     factor of its rows.
 //   O += P V: output columns [128 wn, +128) of all 32 rows (128 fp32 registers), P's A fragments by
 //     ldmatrix, V = the tile's first 512 columns by ldmatrix.trans.
-//   (S_CHAINS = 2: S's even and odd k-steps accumulate apart, eight HMMA chains per 16-column step.)
 // Two barriers per tile: CTA-wide after the partial S (it also frees tile i - 1's slot), the row
-// group's after P. With EMPTY_BARS = n (1 or 2) the first barrier is the row group's too and a slot is freed
-// by its own mbarrier instead (empty[slot]: one arrival per warp after its P V of the tile); a warp waits
-// on it before copying its share of tile i - n + STAGES, so the two row groups are never held together. (The last warp refilling the whole tile through a per-slot counter took about 20%
-// more time, 30% at sm_120's tile: notes/2026-12-04-qreg-ring.md.)
+// group's after P. (The last warp refilling the whole tile through a per-slot counter took about 20%
+// more time, 30% at sm_120's tile: notes/2026-12-04-qreg-ring.md.) With EMPTY_BARS = n (1 or 2) the
+// first barrier is the row group's too and a slot is freed by its own mbarrier instead (empty[slot]: one
+// arrival per warp after its P V of the tile), which a warp waits on before copying its share of tile
+// i - n + STAGES, so the two row groups never wait for each other at a barrier (notes/2026-12-06-qreg-empty-bars.md).
 // Shared memory: mbarriers, the ring [STAGES][BLOCK_N][584], partial S
 // [WARPS_M][4][32][BLOCK_N + 8] fp32, P [ROWS][BLOCK_N + 8], the rescale factors and row sums
 // [ROWS] fp32. Padding makes the fragment stores and the owners' float4 reads conflict-free.
@@ -51,10 +51,6 @@
 #ifndef SPANS
 #define SPANS 0
 #endif
-#ifndef S_CHAINS
-#define S_CHAINS 1
-#endif
-static_assert(S_CHAINS == 1 || S_CHAINS == 2, "S_CHAINS: 1 or 2 accumulator sets per 16-column step of S");
 #ifndef EMPTY_BARS
 #define EMPTY_BARS 0
 #endif
@@ -227,13 +223,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
       for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
         for (int j = 0; j < 2; ++j) s[rt][j][0] = s[rt][j][1] = s[rt][j][2] = s[rt][j][3] = 0.f;
-#if S_CHAINS == 2
-      float s2[2][2][4];
-#pragma unroll
-      for (int rt = 0; rt < 2; ++rt)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) s2[rt][j][0] = s2[rt][j][1] = s2[rt][j][2] = s2[rt][j][3] = 0.f;
-#endif
 #pragma unroll
       for (int k = 0; k < Q_KSTEPS; ++k) {
         unsigned kf[4];
@@ -241,23 +230,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
                             ((lane / 8) % 2) * 8);
 #pragma unroll
         for (int rt = 0; rt < 2; ++rt) {
-#if S_CHAINS == 2
-          float (&acc_s)[2][4] = (k % 2) ? s2[rt] : s[rt];
-#else
-          float (&acc_s)[2][4] = s[rt];
-#endif
-          mma_16816(acc_s[0], qf[rt][k], kf[0], kf[1]);
-          mma_16816(acc_s[1], qf[rt][k], kf[2], kf[3]);
+          mma_16816(s[rt][0], qf[rt][k], kf[0], kf[1]);
+          mma_16816(s[rt][1], qf[rt][k], kf[2], kf[3]);
         }
       }
-#if S_CHAINS == 2
-#pragma unroll
-      for (int rt = 0; rt < 2; ++rt)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[rt][j][e] += s2[rt][j][e];
-#endif
 #pragma unroll
       for (int rt = 0; rt < 2; ++rt)
 #pragma unroll
