@@ -38,8 +38,11 @@ def cmd_static(args) -> int:
 def check_config_keys(names: list[str], archs: list[str], config: dict) -> None:
     """A --config key no variant named knows is refused, as the API refuses it."""
 
+    from verify_kernels import variants
+
     known = set()
     for name in names:
+        known |= set(variants.optional(variants.load_variant(name), "OPTIONAL_CONFIG"))
         for arch in archs:
             known |= set(default_configs(name, arch))
     unknown = sorted(set(config) - known)
