@@ -61,11 +61,16 @@ def proxy_rows(points: list[dict], target: VariantOnArch, fitted_on: str, proxy_
         best, pick = min(measured), min(range(len(group)), key=predicted.__getitem__)
         ties = [i for i in range(len(group)) if predicted[i] <= predicted[pick] * (1 + MODEL_RESOLUTION)]
         by_config = {config_key(p["config"]): p["measured_ms"] for p in group}
-        default_ms = by_config.get(config_key({k: v for k, v in default.items() if k in group[0]["config"]}))
+        def measured_ms(config: dict) -> float | None:  # a config completed with proxy_for's defaults (a
+            full = {**default, **config}                 # record omits the planner keys it ran at their default)
+            return by_config.get(config_key({k: v for k, v in full.items() if k in group[0]["config"]}))
+
+        default_ms = measured_ms({})
         shipped = shipped_picks.get((l_bucket(key[0]), key[1], key[2]))
-        shipped_ms = by_config.get(config_key(shipped)) if shipped else None
-        rows.append({"prefix_len": key[0], "tree_nodes": key[1], "heads": key[2], "configs": len(group),
-                     "spearman": spearman(predicted, measured), "pick_vs_best": measured[pick] / best,
+        shipped_ms = measured_ms(shipped) if shipped else None
+        rows.append({"prefix_len": key[0], "tree_nodes": key[1], "heads": key[2], "gpu": key[3], "dtype": key[4],
+                     "configs": len(group), "spearman": spearman(predicted, measured),
+                     "pick_vs_best": measured[pick] / best,
                      "ties": len(ties), "ties_best_vs_best": min(measured[i] for i in ties) / best,
                      "shipped_vs_default": shipped_ms / default_ms if shipped_ms and default_ms else None})
     return rows
@@ -90,14 +95,16 @@ def write_proxy_validation(rows: list[dict], variant: str, proxy_for: str, fitte
     pick_ok = sum(r["pick_vs_best"] <= 1.10 for r in rows)
     tied = sum(r["ties"] > 1 for r in rows)
     shipped = [r["shipped_vs_default"] for r in rows if r["shipped_vs_default"] is not None]
-    table = tabulate([(f"{r['prefix_len']:,}", r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
-                       f"{r['pick_vs_best']:.3f}", r["ties"], f"{r['ties_best_vs_best']:.3f}",
+    table = tabulate([(r["gpu"], r["dtype"], f"{r['prefix_len']:,}", r["tree_nodes"], r["heads"], r["configs"],
+                       f"{r['spearman']:.2f}", f"{r['pick_vs_best']:.3f}", r["ties"], f"{r['ties_best_vs_best']:.3f}",
                        "-" if r["shipped_vs_default"] is None else f"{r['shipped_vs_default']:.3f}") for r in rows],
-                     headers=["L", "T", "H", "configs", "Spearman", "pick / best", "tied with pick",
-                              "best of ties / best", f"shipped {proxy_for} pick / default"], tablefmt="github")
+                     headers=["GPU (proxy)", "dtype", "L", "T", "H", "configs", "Spearman", "pick / best",
+                              "tied with pick", "best of ties / best", f"shipped {proxy_for} pick / default"],
+                     tablefmt="github")
     text = (f"# Predictor validation on the {proxy_for} proxy: {variant}, parameters fitted on {fitted_on}\n\n"
-            f"Every {proxy_for}-legal config a proxy tune measured on this GPU (storage `{storage}`), against the "
-            f"predictor's time for the same config on {fitted_on} (this GPU's rates and occupancy). Commit "
+            f"Every {proxy_for}-legal config a proxy tune measured (storage `{storage}`; ranked per GPU and dtype), "
+            f"against the predictor's time for the same config on {fitted_on} (that arch's rates and occupancy). "
+            "Commit "
             f"{git_commit().get('commit')}; command: `vk predict --variant {variant} --arch {fitted_on} "
             f"--check-proxy {proxy_for} --proxy-storage {storage}`.\n\n{table}\n\n"
             f"Spearman >= 0.8 at {spearman_ok} of {len(rows)} keys; the predicted pick within 10% of the measured "

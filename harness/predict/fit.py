@@ -57,7 +57,7 @@ def measured_points(paths: list[Path], target: VariantOnArch) -> list[dict]:
                            "heads": record["heads"], "batch": record.get("batch", 1), "page_size": record["page_size"],
                            "prefix_lens": record.get("prefix_lens"),  # a ragged batch's lengths
                            "config": config, "measured_ms": record["median_ms"], "source": path.name,
-                           "gpu": record.get("environment", {}).get("gpu")})
+                           "gpu": record.get("environment", {}).get("gpu"), "dtype": record.get("dtype")})
     return points
 
 
@@ -75,7 +75,7 @@ def study_points(storage: str, study_name: str) -> list[dict]:
     defaults = study.user_attrs.get("defaults", {})
     return [{"prefix_len": key["prefix_len"], "tree_nodes": key["tree_nodes"], "heads": key["heads"], "batch": 1,
              "page_size": key["page_size"], "config": {**defaults, **trial.params}, "measured_ms": trial.value,
-             "source": study_name, "gpu": study_name.split("|")[1]}
+             "source": study_name, "gpu": key.get("gpu"), "dtype": key.get("dtype")}
             for trial in study.trials
             if trial.state == optuna.trial.TrialState.COMPLETE and "duplicate_of" not in trial.user_attrs]
 
@@ -150,11 +150,17 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+def measurement_key(point: dict) -> tuple:
+    """What one ranking compares configs within: the shape (L, T, H), the GPU that timed it and the dtype
+    (two GPUs' or two dtypes' times at one shape never share a Spearman)."""
+    return point["prefix_len"], point["tree_nodes"], point["heads"], str(point.get("gpu")), str(point.get("dtype"))
+
+
 def keyed_predictions(points: list[dict], target: VariantOnArch, blocks: dict, params: dict, keep=None):
-    """Per shape key (L, T, H), in order: (key, group, predicted ms, measured ms) over the points whose
-    config places a CTA (and that ``keep`` admits, if given); keys with fewer than two are skipped."""
-    for key in sorted({(p["prefix_len"], p["tree_nodes"], p["heads"]) for p in points}):
-        group = [p for p in points if (p["prefix_len"], p["tree_nodes"], p["heads"]) == key
+    """Per measurement key (L, T, H, GPU, dtype), in order: (key, group, predicted ms, measured ms) over the
+    points whose config places a CTA (and that ``keep`` admits, if given); keys with fewer than two are skipped."""
+    for key in sorted({measurement_key(p) for p in points}):
+        group = [p for p in points if measurement_key(p) == key
                  and blocks[config_key(p["config"])] >= 1 and (keep is None or keep(p))]
         if len(group) >= 2:
             yield (key, group, [predicted_ms(p, target, blocks, params) for p in group],
@@ -167,8 +173,8 @@ def validate(points: list[dict], target: VariantOnArch, blocks: dict, params: di
     for key, group, predicted, measured in keyed_predictions(points, target, blocks, params,
                                                              lambda p: config_key(p["config"]) in held_out):
         chosen = int(np.argmin(predicted))
-        rows.append({"prefix_len": key[0], "tree_nodes": key[1], "heads": key[2], "configs": len(group),
-                     "spearman": spearman(predicted, measured),
+        rows.append({"prefix_len": key[0], "tree_nodes": key[1], "heads": key[2], "gpu": key[3], "dtype": key[4],
+                     "configs": len(group), "spearman": spearman(predicted, measured),
                      "predicted_best_vs_best": measured[chosen] / min(measured),
                      "median_abs_pct_error":
                          float(np.median(np.abs(np.array(predicted) / np.array(measured) - 1)) * 100)})

@@ -32,7 +32,7 @@ def write_validation(points, target: VariantOnArch, fitted: dict, rows: list[dic
 
     variant, fitted_on, arch = target.name, target.arch, target.arch_record
 
-    table = [(r["prefix_len"], r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
+    table = [(r["gpu"], r["dtype"], r["prefix_len"], r["tree_nodes"], r["heads"], r["configs"], f"{r['spearman']:.2f}",
               f"{r['predicted_best_vs_best']:.3f}", f"{r['median_abs_pct_error']:.1f}") for r in rows]
     spearman_ok = sum(r["spearman"] >= 0.8 for r in rows)
     best_ok = sum(r["predicted_best_vs_best"] <= 1.10 for r in rows)
@@ -42,8 +42,8 @@ def write_validation(points, target: VariantOnArch, fitted: dict, rows: list[dic
              f"Fitted on {fitted['training_points']} measurements of the training configs; validated on "
              f"{len(held_out)} held-out configs the fit never saw. Parameters: "
              + ", ".join(f"{k} {v:.3g}" for k, v in fitted["params"].items()) + ".", "",
-             tabulate(table, headers=["L", "T", "H", "held-out configs", "Spearman", "predicted best / best",
-                                      "median |error| %"], tablefmt="github"), "",
+             tabulate(table, headers=["GPU", "dtype", "L", "T", "H", "held-out configs", "Spearman",
+                                      "predicted best / best", "median |error| %"], tablefmt="github"), "",
              f"Targets: Spearman >= 0.8 at {spearman_ok} of {len(rows)} keys; predicted best within 10% of the "
              f"measured best at {best_ok} of {len(rows)} keys."]
     path = out_dir / f"validation-{variant}-{fitted_on}.md"

@@ -348,3 +348,14 @@ def test_blocks_per_sm_reads_only_a_cache_made_for_this_kernel(tmp_path, monkeyp
     assert blocks_per_sm(target, config) == 7
     space.static_cache_path(target).write_text(json.dumps({**cache, "kernel_source_hash": "0" * 16}))
     assert blocks_per_sm(target, config) == 3
+
+
+def test_two_gpus_or_two_dtypes_never_share_a_ranking():
+    """A proxy storage holds studies of several GPUs (the H200's, the H100's) and both dtypes at one shape:
+    each ranking (Spearman, the pick) is within one GPU and one dtype."""
+    from harness.predict.fit import measurement_key
+
+    point = {"prefix_len": 4096, "tree_nodes": 16, "heads": 8, "gpu": "nvidia-h200-proxy-sm_120", "dtype": "bfloat16"}
+    keys = {measurement_key(point), measurement_key({**point, "gpu": "nvidia-h100-80gb-hbm3-proxy-sm_120"}),
+            measurement_key({**point, "dtype": "float16"})}
+    assert len(keys) == 3
