@@ -102,6 +102,11 @@ def defaults_for(module: ModuleType, arch_name: str | None) -> dict:
     return dict(per_arch[key] if key else module.DEFAULT_CONFIG)
 
 
+def config_keys(module: ModuleType, arch_name: str | None = None) -> set[str]:
+    """The keys a config of the variant may name on ``arch_name``: its defaults' and its ``OPTIONAL_CONFIG``."""
+    return set(defaults_for(module, arch_name)) | set(optional(module, "OPTIONAL_CONFIG"))
+
+
 def resolve_config(name: str, module: ModuleType, config: dict | None, shape) -> dict:
     """The variant's defaults for ``shape``'s GPU (``defaults_for``) overridden by ``config``, then
     checked and completed. Unknown keys raise with the known ones (the defaults' and the module's

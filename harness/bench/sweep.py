@@ -68,8 +68,7 @@ def _applies(variant: str, config: dict) -> bool:
     optional keys)."""
     if variant in peers.PEERS:
         return False
-    module = variants.load_variant(variant)
-    return set(config) <= set(module.DEFAULT_CONFIG) | set(variants.optional(module, "OPTIONAL_CONFIG"))
+    return set(config) <= variants.config_keys(variants.load_variant(variant))
 
 
 def sweep_points(variants: list[str], prefix_lens: list[int], tree_sizes: list[int], heads: list[int],

@@ -8,8 +8,7 @@ from verify_kernels.arch import known_arches
 
 from harness.arguments import json_dict
 from harness.static.report import default_rows, format_rows, space_report
-from harness.static.resources import default_configs
-from verify_kernels import VARIANTS
+from verify_kernels import VARIANTS, variants
 
 
 def cmd_static(args) -> int:
@@ -38,13 +37,10 @@ def cmd_static(args) -> int:
 def check_config_keys(names: list[str], archs: list[str], config: dict) -> None:
     """A --config key no variant named knows is refused, as the API refuses it."""
 
-    from verify_kernels import variants
-
     known = set()
     for name in names:
-        known |= set(variants.optional(variants.load_variant(name), "OPTIONAL_CONFIG"))
         for arch in archs:
-            known |= set(default_configs(name, arch))
+            known |= variants.config_keys(variants.load_variant(name), arch)
     unknown = sorted(set(config) - known)
     if unknown:
         raise SystemExit(f"vk static: --config: unknown keys {unknown} for {', '.join(names)}; expected "
