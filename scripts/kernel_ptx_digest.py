@@ -40,6 +40,15 @@ def normalized_digest(ptx: str) -> str:
     return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
 
 
+def config_key(module, config: dict) -> str:
+    """The config as a digest key, without the optional keys at the value the kernel takes when they are not
+    named (``OPTIONAL_CONFIG``: they compile as if absent, so a digest made before a default named them matches)."""
+    from verify_kernels import variants
+
+    absent = variants.optional(module, "OPTIONAL_CONFIG")
+    return json.dumps({k: v for k, v in config.items() if k not in absent or absent[k] != v}, sort_keys=True)
+
+
 def triton_ptx(spec, arch: str) -> str:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -90,7 +99,7 @@ def main() -> None:
         configs = [base, *({**base, **c} for c in getattr(module, "CHECK_CONFIGS", ())),
                    *({**base, **c} for c in tuned.get(name, []))]
         for config in configs:
-            key = json.dumps(config, sort_keys=True)
+            key = config_key(module, config)
             for arch in arches:
                 if getattr(module, "SOURCE", None):  # CUDA variants: the PTX of their kernel (source and macros)
                     (spec,) = module.kernel_specs(config)
@@ -113,9 +122,9 @@ def restamp(tables: list[Path], before: dict, after: dict, before_path: Path) ->
     for path in tables:
         records = yaml.safe_load(path.read_text()) or {}
         for key, record in records.items():
-            base = dict(variants.load_variant(record["variant"]).DEFAULT_CONFIG)
+            module = variants.load_variant(record["variant"])
             prefix = f"{record['variant']}|"
-            config = json.dumps({**base, **record["config"]}, sort_keys=True)
+            config = config_key(module, {**module.DEFAULT_CONFIG, **record["config"]})
             if not any(k.startswith(prefix) for k in after):
                 continue  # a variant this digest did not compile (--variants)
             mine = [k for k in after if k.startswith(prefix) and k.split("|")[2] == config]

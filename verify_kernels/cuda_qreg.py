@@ -6,16 +6,18 @@ A CTA is WARPS_M row groups of 4 warps, 32 query rows per group. Warp ``wn`` of 
 head dims [144 wn, +144) of the group's rows in registers and computes their partial S; the four
 partials meet in shared memory, where warp ``wn`` owns the softmax of rows [8 wn, +8) and writes P;
 then every warp computes O += P V for its 128 output columns. The KV ring (bulk-copied token rows,
-mbarriers) is refilled by every warp, its share of a tile's rows after each tile's CTA-wide barrier:
-no producer warp, so 8 warps of 255 registers fit an SM. The KV is cut by the planner (planner.py) and
-merged by the shared combine (split_combine.py). Tunables are compile-time macros:
+mbarriers) is refilled by every warp, its share of a tile's rows once the slot is free (a CTA-wide
+barrier or the slot's own mbarrier, ``EMPTY_BARS``): no producer warp, so 8 warps of 255 registers fit
+an SM. The KV is cut by the planner (planner.py) and merged by the shared combine (split_combine.py).
+Tunables are compile-time macros:
 
 - ``WARPS_M``: row groups per CTA (rows per CTA = 32 WARPS_M);
 - ``BLOCK_N``: KV tokens per tile; ``STAGES``: slots in the ring;
 - ``MIN_BLOCKS``: CTAs per SM the register allocation is bounded for;
-- ``EMPTY_BARS`` (optional, 0 if absent): 0 = a tile's first barrier is CTA-wide and frees the last tile's
-  slot; 1 or 2 = that barrier is the row group's and each slot has an "empty" mbarrier (one arrival per warp
-  after its P V), waited before the refill of the tile that many tiles back, so row groups run unlocked;
+- ``EMPTY_BARS`` (sm_90's default 1, sm_120's 0; records from before 2026-12-06 ran 0 where their config
+  lacks it): 0 = a tile's first barrier is CTA-wide and frees the last tile's slot; 1 or 2 = that barrier
+  is the row group's and each slot has an "empty" mbarrier (one arrival per warp after its P V), waited
+  before the refill of the tile that many tiles back, so row groups run unlocked;
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
   ``waves``: the most waves of units the planner may cut a badly balanced batch into, or 0 for the
   spans rule (CTA ranges across requests; the kernel is then compiled with ``SPANS`` and walks each
@@ -47,17 +49,21 @@ DIM_WARPS, GROUP_ROWS = 4, 32
 ROW_PITCH = HEAD_DIM + 8
 BARRIER_BYTES = 128
 MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
-# Optional keys (compile-time macros) and their values when absent: a config without them compiles as before
-# they existed (variants.resolve_config accepts them).
+# Optional keys (compile-time macros) and the value the kernel takes when the macro is not passed: a config
+# that leaves them at it compiles as before they existed (macros() names them only where they differ).
 OPTIONAL_CONFIG = {"EMPTY_BARS": 0}
 # Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
 # compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
 # sm_90 walks the planner's spans (waves 0): 2-17% faster than the units rule at all 8 shapes timed, ragged
 # batches and short trees; sm_120's 16-token tiles keep the units rule (waves 0 was 7% slower at 4 of 8
 # as the proxy; its tune picks per key): H100, results/bench/qreg-spans-nvidia-h100-80gb-hbm3.jsonl.
+# sm_90 frees ring slots by their own mbarriers (EMPTY_BARS 1): 2-8% faster at all 9 shapes timed; sm_120
+# keeps the CTA-wide barrier (EMPTY_BARS 0 was 2-5% faster as the proxy at all 4): H100,
+# results/bench/qreg-configs-levers-nvidia-h100-80gb-hbm3.jsonl. Both name it, so that a config of one arch
+# run on the other's card (a proxy run) takes its own arch's value, not the card's.
 DEFAULT_CONFIGS = {
-    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 0},
-    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2},
+    "sm_90": {"WARPS_M": 2, "BLOCK_N": 32, "STAGES": 4, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 0, "EMPTY_BARS": 1},
+    "sm_120": {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "MIN_BLOCKS": 1, "kv_splits": 0, "waves": 2, "EMPTY_BARS": 0},
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
 # One and two row groups, 16-, 32- and 64-token tiles, two-slot rings, two CTAs per SM, one-tile and
@@ -71,7 +77,7 @@ CHECK_CONFIGS = (
     {"WARPS_M": 1, "BLOCK_N": 64, "STAGES": 2, "kv_splits": 0},
     {**DEFAULT_CONFIGS["sm_120"], "waves": 0},
     {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0, "waves": 0},
-    {**DEFAULT_CONFIGS["sm_90"], "EMPTY_BARS": 1},
+    {**DEFAULT_CONFIGS["sm_90"], "EMPTY_BARS": 0},
     {**DEFAULT_CONFIGS["sm_120"], "EMPTY_BARS": 2, "kv_splits": 3},
 )
 

@@ -213,7 +213,8 @@ def add_commands(sub) -> None:
                        help="time budget of timed calls per point (default 200)")
     bench.add_argument("--repeat", type=int_in(1), help="time each point this many times (agreement check)")
     bench.add_argument("--proxy-for", choices=known_arches(),
-                       help="mark the records as a proxy run for this arch: configs that fit it, timed on this GPU")
+                       help="a proxy run for this arch, timed on this GPU: our variants run its defaults (under any "
+                            "--config), and the records say so")
     bench.add_argument("--counters", action="store_true",
                        help="also profile each ok row once under ncu (a separate replay, never the timed one): "
                             "tensor-pipe %%, DRAM %% and GB/s, L2 hit rate, shared-memory pipe %%, occupancy, "

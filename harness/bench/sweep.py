@@ -106,13 +106,16 @@ def recorded_points(records: list[dict]) -> set[BenchPoint]:
     return done
 
 
-def implementation_call(point: BenchPoint, problem):
+def implementation_call(point: BenchPoint, problem, arch: str | None = None):
     """A no-argument callable returning the output, and the resolved config (a peer's: what its call
-    says it ran, its ``config`` attribute, e.g. FlashInfer fa2's tiles)."""
+    says it ran, its ``config`` attribute, e.g. FlashInfer fa2's tiles). ``arch`` (a proxy run's): the
+    keys the point's config does not set take that arch's defaults, not this GPU's."""
     if point.variant in peers.PEERS:
         call = peers.PEERS[point.variant](problem)
         return call, dict(getattr(call, "config", {}))
     config = dict(point.config) or None
+    if arch:
+        config = {**variants.defaults_for(variants.load_variant(point.variant), arch), **dict(point.config)}
     shape = contract.check_arguments(*problem.arguments(), **problem.kwargs())
     resolved = variants.resolve_config(point.variant, variants.load_variant(point.variant), config, shape)
     out = torch.empty(*problem.q.shape[:3], problem.v_dim, dtype=problem.q.dtype, device=problem.q.device)
@@ -146,13 +149,14 @@ def proxy_peer_problem(name: str, config: dict, arch: str) -> str | None:
 def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, rep_ms: float,
                 repeats: int = 1, proxy_for: str | None = None) -> dict:
     """Check one point against the oracle's output, time it ``repeats`` times, return its payload. With
-    ``proxy_for``, a peer runs only where it ran that arch's config (``proxy_peer_problem``)."""
+    ``proxy_for``, a variant runs that arch's defaults under the point's config (``implementation_call``)
+    and a peer only where it ran that arch's config (``proxy_peer_problem``)."""
     implementation = "peer" if point.variant in peers.PEERS else "variant"
     payload = {**asdict(point), "implementation": implementation, "config": dict(point.config), "mode": mode,
                "status": "ok",
                "reason": ""}
     try:
-        call, payload["resolved_config"] = implementation_call(point, problem)
+        call, payload["resolved_config"] = implementation_call(point, problem, proxy_for)
         if implementation == "peer" and proxy_for and (why := proxy_peer_problem(point.variant,
                                                                                   payload["resolved_config"],
                                                                                   proxy_for)):
@@ -162,7 +166,7 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
             # A peer that reads the NaN in unused pool slots (or in the spare pages stale table
             # entries point at) is checked and timed on the same rows with those slots zeroed.
             problem = dataclasses.replace(problem, kv_cache=torch.nan_to_num(problem.kv_cache, nan=0.0))
-            call, _ = implementation_call(point, problem)
+            call, _ = implementation_call(point, problem, proxy_for)
             output = call()
             payload["unused_slots"] = ("zeroed: on the pool with NaN in unused slots its output was not finite "
                                        "(it reads slots past the sequence)")
@@ -233,7 +237,8 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
               counters: bool = False, profile=ncu_counters.profile) -> list[dict]:
     """Time every point. Points that share a shape share one seeded problem (re-laid out per page
     size) and one oracle output. ``proxy_for`` (an arch such as "sm_120") marks every record as a
-    proxy run for that arch on this GPU: its configs fit that arch, its timings are this GPU's.
+    proxy run for that arch on this GPU: our variants' configs are that arch's defaults under the points'
+    overrides, their timings this GPU's.
     ``counters``: each ok row gets ``profile(counters_argv(point, seed))`` as ``counters``."""
     ceilings = roofline.load_ceilings()
     results = []

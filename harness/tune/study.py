@@ -79,13 +79,14 @@ def canonical(config: dict) -> str:
 
 
 def evaluate(key: TuneKey, config: dict, *, timeout_s: float, rep_ms: float, worker: TrialProcess,
-             timing: str = "events") -> dict:
+             timing: str = "events", arch: str | None = None) -> dict:
     """Run one config in the worker process; crashes and timeouts become failed results. ``timing``:
     the bench's mode, "events" (eager calls, so a launch's host time shows once it exceeds the
-    GPU's) or "graph" (CUDA-graph replay: the kernels alone)."""
+    GPU's) or "graph" (CUDA-graph replay: the kernels alone). ``arch``: the arch tuned for, whose
+    defaults the keys outside the space run at (a proxy tune's, not this GPU's)."""
     job = {"variant": key.variant, "config": config, "prefix_len": key.prefix_len, "tree_nodes": key.tree_nodes,
            "heads": key.heads, "page_size": key.page_size, "dtype": key.dtype, "rep_ms": rep_ms, "timing": timing,
-           "prefix_lens": list(key.prefix_lens)}
+           "prefix_lens": list(key.prefix_lens), "arch": arch}
     return worker.run(job, timeout_s)
 
 
@@ -99,9 +100,10 @@ def _same_config(study, config: dict, state, exclude: int | None = None):
 
 def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], rejected: dict[str, str], *,
                    timeout_s: float, rep_ms: float, worker: TrialProcess | None, timing: str = "events",
-                   evaluator=None):
+                   evaluator=None, arch: str | None = None):
     """The study's objective: a proposed config's median ms. ``evaluator`` (config -> result dict)
-    replaces the measurement in ``worker``: ``vk tune --objective predicted`` passes the predictor."""
+    replaces the measurement in ``worker``: ``vk tune --objective predicted`` passes the predictor.
+    ``arch``: the arch tuned for (``evaluate``)."""
     import optuna
 
     names = list(space["tunables"])
@@ -133,7 +135,8 @@ def make_objective(key: TuneKey, space: dict, feasible: dict[str, Candidate], re
             return earlier.value
         try:
             result = (evaluator(config) if evaluator is not None
-                      else evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker, timing=timing))
+                      else evaluate(key, config, timeout_s=timeout_s, rep_ms=rep_ms, worker=worker, timing=timing,
+                                    arch=arch))
         except KeyboardInterrupt:  # Ctrl-C: not a result; measured again by the next run, not counted
             trial.set_user_attr("interrupted", "KeyboardInterrupt")
             requeue(trial.study, config)
@@ -215,7 +218,7 @@ def tune_key(key: TuneKey, target: VariantOnArch, *, storage: str, trials: int |
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with (TrialProcess() if evaluator is None else contextlib.nullcontext()) as worker:
         objective = make_objective(key, space, feasible, rejected, timeout_s=timeout_s, rep_ms=rep_ms,
-                                   worker=worker, timing=timing, evaluator=evaluator)
+                                   worker=worker, timing=timing, evaluator=evaluator, arch=target.arch)
         study.optimize(objective, n_trials=None if budget is None else stop.max_proposals,
                        timeout=None if minutes is None else 60 * minutes, catch=(TrialFailed,), callbacks=[stop],
                        show_progress_bar=progress)

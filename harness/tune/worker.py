@@ -55,8 +55,9 @@ def measure(job: dict) -> dict:
                        batch=len(lengths) or 1, dtype=job["dtype"], config=tuple(sorted(job["config"].items())),
                        prefix_lens=lengths)
     problem, reference = _problem_and_reference(point, job.get("seed", 0))
+    # The arch tuned for: the keys outside the space run at its defaults (a proxy tune's, not this GPU's).
     payload = bench_point(point, problem, reference, None, mode=job.get("timing", "events"),
-                          rep_ms=job.get("rep_ms", 100.0))
+                          rep_ms=job.get("rep_ms", 100.0), proxy_for=job.get("arch"))
     return {key: payload[key] for key in ("status", "reason", "median_ms", "iqr_ms", "rel_error", "reps")
             if key in payload}
 

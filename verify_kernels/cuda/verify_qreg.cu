@@ -159,12 +159,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
                                                  block_table + (long long)request * stride_table_b, page_size, start,
                                                  seq_len, tile, ring_tiles, warp * SHARE, lane);
   };
+#if EMPTY_BARS
+  auto wait_freed = [&](int freed) {  // every warp has arrived on the slot of the ring's tile `freed`
+    mbar_wait(&empty[freed % STAGES], (freed / STAGES) & 1);
+  };
+#endif
   for (int tile = 0; tile < STAGES && tile < num_tiles; ++tile) {
 #if EMPTY_BARS
-    if (ring_tiles + tile >= STAGES) {  // the slot held the last segment's tile: released before the segment barrier,
-      const int freed = ring_tiles + tile - STAGES;  // waited here all the same (every arrival has its wait)
-      mbar_wait(&empty[freed % STAGES], (freed / STAGES) & 1);
-    }
+    // The slot held the last segment's tile: released before the segment barrier, waited here all the same
+    // (every arrival has its wait).
+    if (ring_tiles + tile >= STAGES) wait_freed(ring_tiles + tile - STAGES);
 #endif
     issue_share(tile);
   }
@@ -345,8 +349,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
 #if EMPTY_BARS
     row_group_sync(wm);  // the group's partial S of tile complete
     if (tile >= EMPTY_BARS && tile - EMPTY_BARS + STAGES < num_tiles) {
-      const int freed = ring_tiles + tile - EMPTY_BARS;  // every warp done with it: its slot takes the refill
-      mbar_wait(&empty[freed % STAGES], (freed / STAGES) & 1);
+      wait_freed(ring_tiles + tile - EMPTY_BARS);  // its slot takes the refill
       issue_share(tile - EMPTY_BARS + STAGES);
     }
 #else
