@@ -21,6 +21,10 @@
 #   ws-spans  cuda_ws's spans walk (waves 0, compiled with SPANS): its oracle suite and graph-replay tests, the
 #             three sanitizers, then the bench shapes at waves 0 and 2 beside the peers
 #                                                  -> results/{check,sanitizer/variants,bench}/...ws-spans...-at-<commit>-<gpu>.*
+#   gaps      gluon_wgmma_ws's spans with a segment cost (planner.plan_bounds' segment_cost, FlashMLA's fixed cost
+#             per split): its oracle cases and graph replay, memcheck and synccheck, then the ragged batches and two
+#             single requests at segment_cost 0 / 320 / 640 beside FlashMLA
+#                                                  -> results/{check,sanitizer/variants,bench}/...gaps...-at-<commit>-<gpu>.*
 # (<commit>: VK_GIT_COMMIT's first 7 characters: each kernel's records apart, and --resume never skips a point
 # because an earlier kernel measured it.)
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
@@ -80,6 +84,23 @@ for item in "$@"; do
       bench_shapes
       bench --ragged 262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000 --tree 128 --heads 8
       bench --ragged 100000,50000,25000,12000,6000,3000 --tree 16 --heads 64
+      pack ;;
+    gaps)
+      pytest_log "results/check/gaps-test-$at-$sku.log" "$(( $(left) / 3 ))" tests/kernels/test_variants.py \
+        tests/kernels/test_planner.py -k "gluon_wgmma_ws and segment_cost"; pack
+      for tool in memcheck synccheck; do
+        sanitize_log "$tool" "results/sanitizer/variants/$tool-gluon_wgmma_ws-gaps-$at-$sku.txt" "$(( $(left) / 6 ))" \
+          gluon_wgmma_ws --config '{"segment_cost": 320}'
+      done; pack
+      ours="gluon_wgmma_ws --config {\"segment_cost\":0} --config {\"segment_cost\":320} --config {\"segment_cost\":640}"
+      records="results/bench/gaps-$at-$sku.jsonl"
+      bench --ragged 262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000 --tree 128 --heads 8
+      bench --ragged $RAGGED_MIXED --tree 32 --heads 16
+      bench --ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8
+      bench --ragged 100000,50000,25000,12000,6000,3000 --tree 16 --heads 64
+      bench --ragged $RAGGED_EQUAL --tree 16 --heads 16
+      bench --prefix 131072 --tree 16 --heads 8
+      bench --prefix 185000 --tree 64 --heads 8
       pack ;;
     spans-test)
       log="results/check/spans-test-$at-$sku.log"

@@ -6,10 +6,11 @@
     python scripts/kernel_ptx_digest.py --tuned T.yaml --restamp before.json   # then re-stamp T's records
     python scripts/kernel_ptx_digest.py --variants cuda_ws ...                  # one variant's kernels only
 
-``--restamp`` gives a tuned table's records the current kernel source hash where every kernel of the
-record's config compiles to the same PTX now as in ``before.json`` (a digest made at the records'
-source), and notes where the stamp came from after any earlier note (the chain back to the
-measured hash stays readable). Host-side launch code is not compared: use it only
+``--restamp`` gives a tuned table's records the current kernel source hash where the record was measured
+at the source ``before.json`` was made at (the digest names each variant's kernel source hash; make it with
+the same ``--tuned`` tables, so that it holds their configs) and every kernel of the record's config
+compiles to the same PTX now as in it, and notes where the stamp came from after any earlier note (the
+chain back to the measured hash stays readable). Host-side launch code is not compared: use it only
 after a change that leaves the launches alone (say so in the commit).
 
 For each variant with an offline compile path, its default config, its CHECK_CONFIGS and every
@@ -85,6 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     import yaml
 
+    from harness.static.space import kernel_source_hash
     from verify_kernels import variants
 
     tuned = {}
@@ -96,6 +98,7 @@ def main() -> None:
         module = variants.load_variant(name)
         arches = [arch for arch in args.arches if not variants.optional(module, "offline_arch_problem")(arch)]
         base = dict(module.DEFAULT_CONFIG)
+        digests[f"{SOURCE_KEY}|{name}"] = kernel_source_hash(name)
         configs = [base, *({**base, **c} for c in getattr(module, "CHECK_CONFIGS", ())),
                    *({**base, **c} for c in tuned.get(name, []))]
         for config in configs:
@@ -113,6 +116,9 @@ def main() -> None:
         print(json.dumps(digests, indent=1, sort_keys=True))
 
 
+SOURCE_KEY = "kernel_source_hash"  # digest entries "kernel_source_hash|<variant>": the source it was made at
+
+
 def restamp(tables: list[Path], before: dict, after: dict, before_path: Path) -> None:
     import yaml
 
@@ -125,11 +131,15 @@ def restamp(tables: list[Path], before: dict, after: dict, before_path: Path) ->
             module = variants.load_variant(record["variant"])
             prefix = f"{record['variant']}|"
             config = config_key(module, {**module.DEFAULT_CONFIG, **record["config"]})
-            if not any(k.startswith(prefix) for k in after):
+            if f"{SOURCE_KEY}|{record['variant']}" not in after:
                 continue  # a variant this digest did not compile (--variants)
             mine = [k for k in after if k.startswith(prefix) and k.split("|")[2] == config]
             same = bool(mine) and all(before.get(k) == after[k] for k in mine)
             current = kernel_source_hash(record["variant"])
+            made_at = before.get(f"{SOURCE_KEY}|{record['variant']}")
+            if record["kernel_source_hash"] not in (made_at, current):  # stale before: this digest says nothing of it
+                print(f"{key}: measured at {record['kernel_source_hash']}, the digest at {made_at}: left as it was")
+                continue
             if not same or record["kernel_source_hash"] == current:
                 print(f"{key}: {'unchanged' if same else 'PTX differs or missing: left stale'}")
                 continue

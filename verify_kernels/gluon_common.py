@@ -133,12 +133,22 @@ def cta_range(Plan, cta, B, B_POW2: gl.constexpr, BLOCK_N: gl.constexpr, SPANS: 
 
 
 @gluon.jit
-def segment_at(Plan, request, position, end, B, BLOCK_N: gl.constexpr):
-    """The segment of ``request`` starting at tile ``position`` of a CTA's range ending at ``end``
-    (``cta_range``): (its first position in the request, tiles, units of the request). Scalars only."""
+def segment_at(Plan, request, position, end, B, BLOCK_N: gl.constexpr, GAPS: gl.constexpr):
+    """The segment of ``request`` starting at laid tile ``position`` of a CTA's range ending at ``end``
+    (``cta_range``): (its first position in the request, its tiles, units of the request, the laid tiles
+    it spans: the walk's step). With ``GAPS`` (the plan's ``segment_cost``) the tiles of the gap laid
+    before the request are none of its: a segment inside the gap has no tile (planner.reference_segment
+    states it). Scalars only."""
+    if GAPS:
+        laid_start = gl.load(Plan + B + 2 + request)
+        stop = gl.minimum(end, gl.load(Plan + B + 3 + request))
+        gap = gl.where(request >= 1, gl.load(Plan + 2 * B + 3), 0)
+        first = gl.maximum(position - laid_start - gap, 0)
+        return (first * BLOCK_N, gl.maximum(stop - laid_start - gap - first, 0),
+                gl.load(Plan + request + 1) - gl.load(Plan + request), gl.maximum(stop - position, 0))
     start = (position - gl.load(Plan + B + 2 + request)) * BLOCK_N
     tiles = gl.maximum(gl.minimum(end, gl.load(Plan + B + 3 + request)) - position, 0)
-    return start, tiles, gl.load(Plan + request + 1) - gl.load(Plan + request)
+    return start, tiles, gl.load(Plan + request + 1) - gl.load(Plan + request), tiles
 
 
 def unsupported_reason(shape: ProblemShape) -> str | None:

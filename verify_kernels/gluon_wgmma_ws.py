@@ -21,7 +21,10 @@ CTA: 64 query rows (row r = node * H + head) against its work of the plan (plann
 (``waves`` 0) a span of the batch's KV tiles laid end to end, which may cross requests: the CTA walks
 it segment by segment (the part inside one request), warpgroup 0 loading that request's Q rows at
 each, both warpgroups writing each segment's output (or its partial rows, which the shared combine
-merges); with a units rule, one unit of one request. Tiles of BLOCK_N positions. Shared memory: Q
+merges); with a units rule, one unit of one request. With a ``segment_cost`` (``GAPS``) the plan lays a
+gap before each request but the first, so a span that meets many requests gets fewer tiles; a segment's
+tiles are those past its request's gap, and a span's last segment may lie inside one: no Q, no tile, no
+row-sum hand-off, empty partial rows. Tiles of BLOCK_N positions. Shared memory: Q
 [64, 576], 2 x KV [BLOCK_N, 576], P [64, BLOCK_N], the rescale factor and the row sums. Barriers
 (mbarriers), their phases counted over the CTA's tiles across segments: kv_ready[stage] (one arrival
 per loader thread, and the TMA byte count), kv_free[stage] (both warpgroups done with a stage),
@@ -58,11 +61,19 @@ from .splits import sm_count
 # of the batch's tiles across request boundaries.
 DEFAULT_CONFIG = {**_GLUON_DEFAULTS, "waves": planner.SPANS}
 # gluon_common's three, and the units rule the spans replaced: one wave at BLOCK_N 64, two at BLOCK_N 32.
-CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8}, {"waves": 1}, {"waves": 2, "BLOCK_N": 32})
+# Optional keys and the value the kernel takes when they are not named (variants.config_keys): ``segment_cost``,
+# the positions a segment's set-up weighs in the spans rule's balance (planner.plan_bounds; 0: none, and the
+# kernel compiles without GAPS, exactly as before the key existed).
+OPTIONAL_CONFIG = {"segment_cost": 0}
+# gluon_common's three, the units rule the spans replaced (one wave at BLOCK_N 64, two at BLOCK_N 32) and the
+# spans with gaps (FlashMLA's five 64-token blocks a split; 32-token tiles, so a gap of ten).
+CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8}, {"waves": 1}, {"waves": 2, "BLOCK_N": 32},
+                 {"segment_cost": 320}, {"segment_cost": 320, "BLOCK_N": 32})
 
 # The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma comes from gluon_common.
 __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRETABLE", "DEFAULT_CONFIG",
-           "PAGE_SIZES", "complete_config", "kernel_specs", "offline_arch_problem", "run", "unsupported_reason"]
+           "OPTIONAL_CONFIG", "PAGE_SIZES", "complete_config", "kernel_specs", "offline_arch_problem", "run",
+           "unsupported_reason"]
 
 PARTITION_WARPS = 4  # each partition is one warpgroup; the CTA has 8 warps
 LOADER_THREADS = gl.constexpr(PARTITION_WARPS * 32)
@@ -167,7 +178,7 @@ def _scores_partition(Q, q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sum
                       p_free, sums_ready, Plan, PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2,
                       stride_qb, stride_qt, stride_qh, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh,
                       row_block, begin, end, first_unit, segments, first_request, T, H, B, BLOCK_N: gl.constexpr,
-                      DV: gl.constexpr, DR: gl.constexpr):
+                      GAPS: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
     """Warpgroup 0: per segment, its Q rows; per tile, S, softmax, the P hand-off and the left half of O."""
     BLOCK_M: gl.constexpr = 64
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -182,10 +193,14 @@ def _scores_partition(Q, q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sum
     done = 0  # tiles of the CTA's earlier segments: the ring's and the P hand-off's running count
     for k in range(segments):
         request = first_request + k
-        start, num_tiles, splits = segment_at(Plan, request, position, end, B, BLOCK_N)
+        start, num_tiles, splits, laid = segment_at(Plan, request, position, end, B, BLOCK_N, GAPS)
         prefix_len = gl.load(PrefixLens + request)
         seq_len = prefix_len + T
-        _load_q(Q, q_lat, q_rope, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh, DV, DR)
+        if GAPS:  # a segment inside a gap has no tile (only a span's last can be one): no Q rows either
+            if num_tiles > 0:
+                _load_q(Q, q_lat, q_rope, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh, DV, DR)
+        else:
+            _load_q(Q, q_lat, q_rope, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh, DV, DR)
         mask_rows = TreeMask + request * stride_mask_b + (gl.minimum(rows_s, num_rows - 1) // H) * stride_mask_t
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
         l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))
@@ -222,25 +237,34 @@ def _scores_partition(Q, q_lat, q_rope, kv_lat, kv_rope, p_smem, alpha_smem, sum
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             cta_barrier()
             mbarrier.arrive(kv_free.index(stage))
-        if num_tiles > 0:
-            # Warpgroup 1 has read this segment's last P, hence the previous segment's row sums.
-            mbarrier.wait(p_free, (done + num_tiles - 1) & 1)
-        sums_smem.store(l_i)
-        cta_barrier()
-        mbarrier.arrive(sums_ready)
+        if GAPS:
+            # A segment without tiles hands no row sums (warpgroup 1 may still read the last segment's, and
+            # nothing orders this store after it): its partial rows are empty whatever the sums.
+            if num_tiles > 0:
+                mbarrier.wait(p_free, (done + num_tiles - 1) & 1)
+                sums_smem.store(l_i)
+                cta_barrier()
+                mbarrier.arrive(sums_ready)
+        else:
+            if num_tiles > 0:
+                # Warpgroup 1 has read this segment's last P, hence the previous segment's row sums.
+                mbarrier.wait(p_free, (done + num_tiles - 1) & 1)
+            sums_smem.store(l_i)
+            cta_barrier()
+            mbarrier.arrive(sums_ready)
         _store_half(acc, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)),
                     gl.convert_layout(m_i, gl.SliceLayout(1, o_layout)), 0, row_block, first_unit + k, splits, request,
                     num_rows, H, Out, PartialOut, PartialLse, stride_ob, stride_ot, stride_oh, True, DV, o_layout)
         done += num_tiles
-        position += num_tiles
+        position += laid
 
 
 @gluon.jit
 def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
                       sums_ready, KV, lat_desc, rope_desc, BlockTable, Plan, PrefixLens, Out, PartialOut, PartialLse,
                       stride_table_b, stride_ob, stride_ot, stride_oh, row_block, begin, end, first_unit, segments,
-                      first_request, T, H, B, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr,
-                      DR: gl.constexpr):
+                      first_request, T, H, B, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, GAPS: gl.constexpr,
+                      DV: gl.constexpr, DR: gl.constexpr):
     """Warpgroup 1: the KV tile copies and the right half of O, segment by segment."""
     BLOCK_M: gl.constexpr = 64
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -251,7 +275,7 @@ def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, 
     done = 0
     for k in range(segments):
         request = first_request + k
-        start, num_tiles, splits = segment_at(Plan, request, position, end, B, BLOCK_N)
+        start, num_tiles, splits, laid = segment_at(Plan, request, position, end, B, BLOCK_N, GAPS)
         seq_len = gl.load(PrefixLens + request) + T
         table = BlockTable + request * stride_table_b
         acc = gl.zeros([BLOCK_M, DV // 2], gl.float32, layout=o_layout)
@@ -281,13 +305,19 @@ def _loader_partition(kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, 
                 mbarrier.wait(kv_free.index(stage), (tile // 2) & 1)  # warpgroup 0 is done with it too
                 _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table,
                            start + (i + 2) * BLOCK_N, seq_len, PAGE_SIZE, BLOCK_N, DV, DR)
-        mbarrier.wait(sums_ready, k & 1)
-        sums = sums_smem.load(gl.SliceLayout(1, o_layout))
+        if GAPS:  # a segment without tiles (a span's last) gets no row sums: its partial rows are zeros
+            sums = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, o_layout))
+            if num_tiles > 0:
+                mbarrier.wait(sums_ready, k & 1)
+                sums = sums_smem.load(gl.SliceLayout(1, o_layout))
+        else:
+            mbarrier.wait(sums_ready, k & 1)
+            sums = sums_smem.load(gl.SliceLayout(1, o_layout))
         # The running max is only read for the LSE, which warpgroup 0 writes: ``sums`` stands in for it.
         _store_half(acc, sums, sums, 1, row_block, first_unit + k, splits, request, num_rows, H, Out, PartialOut,
                     PartialLse, stride_ob, stride_ot, stride_oh, False, DV, o_layout)
         done += num_tiles
-        position += num_tiles
+        position += laid
 
 
 @gluon.jit
@@ -300,7 +330,7 @@ def _ws_verify_kernel(
     stride_ob, stride_ot, stride_oh,
     T, H, B,
     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
-    B_POW2: gl.constexpr, SPANS: gl.constexpr, PDL: gl.constexpr, WORKER_REGS: gl.constexpr,
+    B_POW2: gl.constexpr, SPANS: gl.constexpr, PDL: gl.constexpr, WORKER_REGS: gl.constexpr, GAPS: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = 64
     dtype: gl.constexpr = KV.dtype.element_ty
@@ -341,11 +371,11 @@ def _ws_verify_kernel(
                              p_ready, p_free, sums_ready, Plan, PrefixLens, TreeMask, Out, PartialOut, PartialLse,
                              scale_log2, stride_qb, stride_qt, stride_qh, stride_mask_b, stride_mask_t, stride_ob,
                              stride_ot, stride_oh, row_block, begin, end, first_unit, segments, first_request, T, H, B,
-                             BLOCK_N, DV, DR)),
+                             BLOCK_N, GAPS, DV, DR)),
         (_loader_partition, (kv_lat, kv_rope, p_smem, alpha_smem, sums_smem, kv_ready, kv_free, p_ready, p_free,
                              sums_ready, KV, LatDesc, RopeDesc, BlockTable, Plan, PrefixLens, Out, PartialOut,
                              PartialLse, stride_table_b, stride_ob, stride_ot, stride_oh, row_block, begin, end,
-                             first_unit, segments, first_request, T, H, B, PAGE_SIZE, BLOCK_N, DV, DR)),
+                             first_unit, segments, first_request, T, H, B, PAGE_SIZE, BLOCK_N, GAPS, DV, DR)),
     ], [4], [WORKER_REGS])
 
 
@@ -370,9 +400,15 @@ def kv_descriptors(kv_cache, block_n: int, v_dim: int):
 def complete_config(config: dict, shape) -> dict:
     """Check BLOCK_N and the plan keys (``kv_splits`` 0 with ``waves`` 0: the planner's spans, one CTA
     per SM at BLOCK_N 64's 224 KB of shared memory; ``waves`` N: its units rule; ``kv_splits`` N: N
-    splits per request)."""
+    splits per request; ``segment_cost``: a non-negative int, with the spans rule only)."""
     if config["BLOCK_N"] not in BLOCK_N_CHOICES:
         raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
+    cost = config.get("segment_cost", 0)
+    if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0:
+        raise ValueError(f"config: segment_cost must be an int >= 0 (positions), got {cost!r}")
+    if cost and not planner.walks_spans(config):
+        raise ValueError(f"config: segment_cost {cost} needs the spans rule (kv_splits 0, waves 0), got kv_splits "
+                         f"{config['kv_splits']}, waves {config['waves']}")
     return planner.check_plan_config(config, spans=True)
 
 
@@ -387,7 +423,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     row_blocks = triton.cdiv(tree_nodes * heads, BLOCK_M)
     bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * kv_cache.shape[1],
                                  block_n=block_n, sms=sm_count(q.device), kv_splits=config["kv_splits"],
-                                 ctas_per_sm=1, waves=config["waves"])
+                                 ctas_per_sm=1, waves=config["waves"], segment_cost=config.get("segment_cost", 0))
     pdl = device_has(q.device, "griddepcontrol")
     plan = planner.make_plan(prefix_lens, tree_nodes, bounds, launch_dependents=pdl)
     partial_out, partial_lse = partial_buffers(out, bounds.max_units)
@@ -402,7 +438,7 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         tree_nodes, heads, batch,
         PAGE_SIZE=kv_cache.shape[1], BLOCK_N=block_n, DV=v_dim, DR=head_dim - v_dim,
         B_POW2=triton.next_power_of_2(batch), SPANS=bool(bounds.spans), PDL=pdl, WORKER_REGS=WORKER_REGISTERS,
-        num_warps=PARTITION_WARPS, launch_pdl=pdl,
+        GAPS=bounds.gap_tiles > 0, num_warps=PARTITION_WARPS, launch_pdl=pdl,
     )
     if config["kv_splits"] != 1:
         launch_combine(partial_out, partial_lse, plan, out, bounds.max_units, bounds.max_splits)
@@ -434,7 +470,7 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
          "TreeMask": "*i32", "Plan": "*i32", "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
         {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "B_POW2": 1,
          "SPANS": planner.walks_spans({**DEFAULT_CONFIG, **config}),
-         "PDL": True, "WORKER_REGS": WORKER_REGISTERS},
+         "PDL": True, "WORKER_REGS": WORKER_REGISTERS, "GAPS": config.get("segment_cost", 0) > 0},
         PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,
         threads=2 * PARTITION_WARPS * 32,  # the launch's num_warps is the default partition's; the worker adds 4
     )]

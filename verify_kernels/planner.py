@@ -10,6 +10,7 @@ plan[0 .. B]          split_start: exclusive prefix sum of each request's split 
 plan[B + 1]           chunk: positions per split, or per span (a multiple of BLOCK_N)
 plan[B + 2 .. 2B + 2] tile_start: the batch's tiles (of BLOCK_N positions, a request's last one partial)
                       before each request (plan[2B + 2] = all tiles)
+plan[2B + 3]          gap: spans rule, the tiles of balance laid before each request but the first (0: none)
 ```
 
 and unit u (0 <= u < plan[B]) is split u - split_start[b] of the request b with split_start[b] <= u <
@@ -31,7 +32,13 @@ Three rules fill it:
   (split_start), so the combine is the same. The kernel finds its segments with ``cta_range`` /
   ``segment_at``'s arithmetic (``reference_segments`` states it): segment ids are ranks among the
   span starts and the request starts that are not span starts. Needs a kernel that walks segments
-  (``gluon_wgmma_ws``; ``cuda_ws`` and ``cuda_qreg`` compiled with ``SPANS``);
+  (``gluon_wgmma_ws``; ``cuda_ws`` and ``cuda_qreg`` compiled with ``SPANS``). A segment costs a
+  fixed set-up (Q rows, partial rows, the ring's refill) whatever its tiles, so a span that meets
+  many request starts runs longer: ``segment_cost`` (positions; FlashMLA's fixed overhead per split)
+  lays a gap of that many positions' tiles before every request but the first, in which no tile is
+  computed, and a span that meets it gets fewer tiles. A kernel walks the gaps (``gluon_wgmma_ws``
+  with ``GAPS``): a segment's tiles in its request are those past the gap, maybe none (an empty unit:
+  its partial rows weigh nothing in the combine);
 - fixed (``kv_splits`` = N > 0): N splits per request of ceil(capacity / N) positions (the block
   table's capacity), as before the planner; a tuned config that names a split count keeps it.
 A kernel that cuts its own splits (``gluon_wgmma``) hands the combine ``fixed_plan``: the same layout.
@@ -68,6 +75,7 @@ class PlanBounds:
     min_chunk: int       # balanced: the smallest chunk (positions)
     block_n: int
     spans: int = 0       # spans rule: CTAs per row block (0: a units rule)
+    gap_tiles: int = 0   # spans rule: tiles laid before each request but the first (``segment_cost``)
 
     @property
     def grid(self) -> int:
@@ -76,22 +84,28 @@ class PlanBounds:
 
 
 def plan_bounds(*, batch: int, row_blocks: int, capacity: int, block_n: int, sms: int, kv_splits: int,
-                ctas_per_sm: int = CTAS_PER_SM, waves: int = 1, min_chunk_tokens: int = MIN_CHUNK_TOKENS) -> PlanBounds:
+                ctas_per_sm: int = CTAS_PER_SM, waves: int = 1, min_chunk_tokens: int = MIN_CHUNK_TOKENS,
+                segment_cost: int = 0) -> PlanBounds:
     """The plan's bounds from shapes alone (``capacity``: positions the block table holds per request).
     ``waves`` > 1 lets the plan cut a batch that one wave balances badly (below ONE_WAVE_BALANCE: a
     short request's unit beside a long one's) into that many waves of smaller units: the hardware
     hands each SM the next CTA as one finishes, so they even out, at the cost of more partial rows
     and more per-unit set-up. A batch one wave balances well (a single request, equal ones) keeps
     one wave. ``waves`` 0 is the spans rule: ``ctas_per_sm`` x ``sms`` CTAs over the row blocks,
-    at most spans + batch - 1 segments (a span's end inside a request adds one)."""
+    at most spans + batch - 1 segments (a span's end inside a request adds one); ``segment_cost``
+    (positions, spans rule only) the gap laid before each request but the first."""
+    if segment_cost and (kv_splits or waves != SPANS):
+        raise ValueError(f"config: segment_cost {segment_cost} needs the spans rule (kv_splits 0, waves 0), got "
+                         f"kv_splits {kv_splits}, waves {waves}")
     if kv_splits:
         chunk = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
         return PlanBounds(batch * kv_splits, kv_splits, kv_splits, 0, 0, chunk, 0, block_n)
     wave = max(1, ctas_per_sm * sms // row_blocks)
     min_chunk = triton.cdiv(max(min_chunk_tokens, block_n), block_n) * block_n
     if waves == SPANS:
-        per_request = min(wave, triton.cdiv(capacity, min_chunk) + 1)
-        return PlanBounds(wave + batch - 1, per_request, 0, 0, wave, 0, min_chunk, block_n, spans=wave)
+        gap = triton.cdiv(segment_cost, block_n)
+        per_request = min(wave, triton.cdiv(capacity + gap * block_n, min_chunk) + 1)
+        return PlanBounds(wave + batch - 1, per_request, 0, 0, wave, 0, min_chunk, block_n, spans=wave, gap_tiles=gap)
     target = wave * waves
     # At most the target (one wave), or one unit per request when there are more requests; and no
     # request has more splits than its capacity holds chunks.
@@ -135,24 +149,25 @@ def _smallest_chunk(tiles, valid, total, units_allowed, min_tiles):
 
 
 @triton.jit
-def _plan_kernel(PrefixLens, Plan, B, T, target_units, wave_units, fixed_chunk, min_chunk,
+def _plan_kernel(PrefixLens, Plan, B, T, target_units, wave_units, fixed_chunk, min_chunk, gap_tiles,
                  FIXED_SPLITS: tl.constexpr, SPANS: tl.constexpr, BLOCK_N: tl.constexpr, B_POW2: tl.constexpr,
                  BALANCE: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr):
     """One program: every request's split count, their exclusive prefix sum, the chunk and the
-    requests' first tiles."""
+    requests' first tiles (laid after their gaps: ``gap_tiles`` before each request but the first)."""
     if LAUNCH_DEPENDENTS:  # the attention kernel, launched programmatically, may start its prologue
         tl.extra.cuda.gdc_launch_dependents()
     b = tl.arange(0, B_POW2)
     valid = b < B
     lengths = tl.load(PrefixLens + b, mask=valid, other=0) + T
     tiles = tl.where(valid, (lengths + BLOCK_N - 1) // BLOCK_N, 0)
-    tile_ends = tl.cumsum(tiles, 0)
-    total = tl.sum(tiles, 0)
+    laid = tiles + tl.where(valid & (b >= 1), gap_tiles, 0)  # a request's tiles and the gap before it
+    tile_ends = tl.cumsum(laid, 0)
+    total = tl.sum(laid, 0)
     if SPANS:
         chunk_tiles = tl.maximum(min_chunk // BLOCK_N, (total + wave_units - 1) // wave_units)
         # a request's first segment: the span starts before its first tile, plus the request starts
         # before it that are not span starts (each one ends a segment inside a span)
-        starts = tile_ends - tiles
+        starts = tile_ends - laid
         inner = valid & (b >= 1) & (starts % chunk_tiles != 0)
         cut_before = tl.cumsum(inner.to(tl.int32), 0) - inner.to(tl.int32)
         first = (starts + chunk_tiles - 1) // chunk_tiles + cut_before
@@ -175,8 +190,9 @@ def _plan_kernel(PrefixLens, Plan, B, T, target_units, wave_units, fixed_chunk, 
         tl.store(Plan + 1 + b, ends, mask=valid)
         tl.store(Plan + b, ends - splits, mask=b == 0)
     tl.store(Plan + B + 1, chunk)
-    tl.store(Plan + B + 2 + b, tile_ends - tiles, mask=valid)
+    tl.store(Plan + B + 2 + b, tile_ends - laid, mask=valid)
     tl.store(Plan + 2 * B + 2, total)
+    tl.store(Plan + 2 * B + 3, gap_tiles)
 
 
 def fixed_plan(batch: int, kv_splits: int, device) -> torch.Tensor:
@@ -187,13 +203,13 @@ def fixed_plan(batch: int, kv_splits: int, device) -> torch.Tensor:
 
 def make_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds: PlanBounds, *,
               launch_dependents: bool = False) -> torch.Tensor:
-    """The plan (int32 [2B + 3], on prefix_lens' device) for this call: one tiny launch, no sync.
+    """The plan (int32 [2B + 4], on prefix_lens' device) for this call: one tiny launch, no sync.
     ``launch_dependents``: the next launch is programmatic (``pdl.launch_kwargs``) and waits for
     the plan on the device, so it may be scheduled while the plan is made."""
     batch = prefix_lens.shape[0]
-    plan = torch.empty(2 * batch + 3, dtype=torch.int32, device=prefix_lens.device)
+    plan = torch.empty(2 * batch + 4, dtype=torch.int32, device=prefix_lens.device)
     _plan_kernel[(1,)](prefix_lens, plan, batch, tree_nodes, bounds.target_units, bounds.wave_units,
-                       bounds.fixed_chunk, bounds.min_chunk, FIXED_SPLITS=bounds.fixed_splits,
+                       bounds.fixed_chunk, bounds.min_chunk, bounds.gap_tiles, FIXED_SPLITS=bounds.fixed_splits,
                        SPANS=bool(bounds.spans), BLOCK_N=bounds.block_n, B_POW2=triton.next_power_of_2(batch),
                        BALANCE=ONE_WAVE_BALANCE, LAUNCH_DEPENDENTS=launch_dependents, num_warps=1)
     return plan
@@ -218,8 +234,8 @@ def reference_plan(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) 
     """The same plan in Python (split_start with B + 1 entries, chunk), for tests and models."""
     tiles = [-(-(length + tree_nodes) // bounds.block_n) for length in prefix_lens]
     if bounds.spans:  # a request's first unit: the spans before it, and the request starts inside spans
-        span = max(bounds.min_chunk // bounds.block_n, -(-sum(tiles) // bounds.spans))
-        tile_start = reference_tile_starts(prefix_lens, tree_nodes, bounds.block_n)
+        tile_start = reference_tile_starts(prefix_lens, tree_nodes, bounds.block_n, bounds.gap_tiles)
+        span = max(bounds.min_chunk // bounds.block_n, -(-tile_start[-1] // bounds.spans))
         inner_before = [0, 0]  # request starts strictly inside a span, before request b (b = 0, 1, ...)
         for start in tile_start[1:-1]:
             inner_before.append(inner_before[-1] + (start % span != 0))
@@ -250,32 +266,42 @@ def reference_plan(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) 
     return starts, chunk
 
 
-def reference_tile_starts(prefix_lens: list[int], tree_nodes: int, block_n: int) -> list[int]:
-    """plan[B + 2 ..]: the tiles before each request, and all tiles last."""
+def reference_tile_starts(prefix_lens: list[int], tree_nodes: int, block_n: int, gap_tiles: int = 0) -> list[int]:
+    """plan[B + 2 .. 2B + 2]: the tiles laid before each request (its gap included), and all of them last."""
     starts = [0]
-    for length in prefix_lens:
-        starts.append(starts[-1] + -(-(length + tree_nodes) // block_n))
+    for request, length in enumerate(prefix_lens):
+        starts.append(starts[-1] + -(-(length + tree_nodes) // block_n) + (gap_tiles if request else 0))
     return starts
+
+
+def reference_segment(tile_start: list[int], gap_tiles: int, request: int, position: int, end: int) -> tuple[int, int, int]:
+    """The segment of ``request`` from laid tile ``position`` to its end or ``end``: (its first tile in the
+    request, its tiles, the laid tiles it spans). The tiles of the gap before the request are none of its:
+    a segment inside the gap has no tile."""
+    gap = gap_tiles if request else 0
+    stop = min(end, tile_start[request + 1])
+    first = max(position - tile_start[request] - gap, 0)
+    return first, max(stop - tile_start[request] - gap - first, 0), stop - position
 
 
 def reference_segments(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) -> list[list[tuple]]:
     """Per CTA of the spans rule, its segments in order as (request, first tile in the request,
-    tiles, unit): what the kernel derives from the plan with the same arithmetic (``cta_range``,
+    tiles (none for a segment inside a request's gap), unit): what the kernel derives from the plan with the same arithmetic (``cta_range``,
     ``segment_at`` in gluon_common)."""
     starts, chunk = reference_plan(prefix_lens, tree_nodes, bounds)
     span = chunk // bounds.block_n
-    tile_start = reference_tile_starts(prefix_lens, tree_nodes, bounds.block_n)
+    tile_start = reference_tile_starts(prefix_lens, tree_nodes, bounds.block_n, bounds.gap_tiles)
     total, inner = tile_start[-1], tile_start[1:-1]
     per_cta = []
     for cta in range(bounds.spans):
         begin, end = min(cta * span, total), min((cta + 1) * span, total)
         unit = cta + sum(1 for t in inner if t < begin and t % span)
-        request = sum(1 for t in inner if t <= begin)  # then one request a segment: each has a tile
+        request = sum(1 for t in inner if t <= begin)  # then one request a segment: each has a laid tile
         segments, position = [], begin
         while position < end:
-            stop = min(end, tile_start[request + 1])
-            segments.append((request, position - tile_start[request], stop - position, unit))
-            unit, position, request = unit + 1, stop, request + 1
+            first, tiles, laid = reference_segment(tile_start, bounds.gap_tiles, request, position, end)
+            segments.append((request, first, tiles, unit))
+            unit, position, request = unit + 1, position + laid, request + 1
         per_cta.append(segments)
     assert [s[3] for segments in per_cta for s in segments] == list(range(starts[-1])), "units in order"
     return per_cta

@@ -18,15 +18,19 @@ from conftest import DEVICE, HAS_CUDA, capture_graph  # noqa: E402
 @given(lengths=st.lists(st.integers(0, 300_000), min_size=1, max_size=40), tree_nodes=st.integers(1, 256),
        row_blocks=st.integers(1, 64), block_n=st.sampled_from([16, 32, 64]), sms=st.sampled_from([132, 188]),
        ctas_per_sm=st.sampled_from([1, 2]), kv_splits=st.sampled_from([0, 0, 1, 3, 64]),
-       waves=st.sampled_from([planner.SPANS, 1, 2]))
+       waves=st.sampled_from([planner.SPANS, 1, 2]), segment_cost=st.sampled_from([0, 0, 1, 320, 5000]))
 def test_the_device_plan_is_the_reference_plan_within_its_bounds(lengths, tree_nodes, row_blocks, block_n, sms,
-                                                                 ctas_per_sm, kv_splits, waves):
+                                                                 ctas_per_sm, kv_splits, waves, segment_cost):
     capacity = max(lengths) + tree_nodes + 97  # a table a little larger than the longest request
+    spans = kv_splits == 0 and waves == planner.SPANS
     bounds = planner.plan_bounds(batch=len(lengths), row_blocks=row_blocks, capacity=capacity, block_n=block_n,
-                                 sms=sms, kv_splits=kv_splits, ctas_per_sm=ctas_per_sm, waves=waves)
+                                 sms=sms, kv_splits=kv_splits, ctas_per_sm=ctas_per_sm, waves=waves,
+                                 segment_cost=segment_cost if spans else 0)
     plan = planner.make_plan(torch.tensor(lengths, dtype=torch.int32, device=DEVICE), tree_nodes, bounds).tolist()
     starts, chunk = planner.reference_plan(lengths, tree_nodes, bounds)
-    assert plan == [*starts, chunk, *planner.reference_tile_starts(lengths, tree_nodes, block_n)]
+    assert bounds.gap_tiles == (-(-segment_cost // block_n) if spans else 0)
+    assert plan == [*starts, chunk, *planner.reference_tile_starts(lengths, tree_nodes, block_n, bounds.gap_tiles),
+                    bounds.gap_tiles]
     assert starts[-1] <= bounds.max_units, (starts[-1], bounds)
     assert max(b - a for a, b in zip(starts, starts[1:])) <= bounds.max_splits, (starts, bounds)
     assert chunk % block_n == 0
@@ -40,14 +44,16 @@ def test_the_device_plan_is_the_reference_plan_within_its_bounds(lengths, tree_n
 
 def _check_segments(lengths, tree_nodes, bounds):
     """The spans rule's segments: every tile of every request in exactly one segment, in order; a
-    CTA's segments add up to at most one span; each request's units are its segments, contiguous."""
+    CTA's segments add up to at most one span; each request's units are its segments, contiguous. With
+    gaps a span's last segment may hold no tile (its part of a gap), never without."""
     starts, chunk = planner.reference_plan(lengths, tree_nodes, bounds)
     span = chunk // bounds.block_n
     covered = {request: [] for request in range(len(lengths))}
     for segments in planner.reference_segments(lengths, tree_nodes, bounds):
         assert sum(tiles for _, _, tiles, _ in segments) <= span
+        assert all(tiles for _, _, tiles, _ in segments[:-1]), "only a span's last segment may lie in a gap"
         for request, first, tiles, unit in segments:
-            assert tiles >= 1 and starts[request] <= unit < starts[request + 1]
+            assert (tiles >= 0 if bounds.gap_tiles else tiles >= 1) and starts[request] <= unit < starts[request + 1]
             covered[request].append((first, tiles))
     for request, length in enumerate(lengths):
         runs = covered[request]
@@ -84,6 +90,31 @@ def test_spans_give_every_cta_of_a_ragged_batch_the_same_work():
     assert starts[2] - starts[1] == 1  # ... so it is written straight to out, with no combine
 
 
+def test_a_segment_cost_evens_out_the_spans_that_meet_many_requests():
+    """FlashMLA's fixed cost per split: with a set-up worth ``segment_cost`` positions per segment, the
+    spans that meet many short requests get fewer tiles, so every CTA's tiles plus set-ups are equal
+    (within a tile); without it those CTAs carry seven set-ups more than the others."""
+    lengths = [262144, 0, 100, 1000, 3000, 5000, 9000, 20000, 40000, 700, 64, 2048, 4096, 12000, 30000, 60000]
+    tree_nodes, block_n, set_up = 128, 64, 5  # tiles a segment's set-up is worth
+
+    def cost_per_cta(segment_cost):
+        bounds = planner.plan_bounds(batch=len(lengths), row_blocks=16, capacity=262400, block_n=block_n, sms=132,
+                                     kv_splits=0, ctas_per_sm=1, waves=planner.SPANS, segment_cost=segment_cost)
+        _check_segments(lengths, tree_nodes, bounds)
+        return [sum(tiles for _, _, tiles, _ in segments) + set_up * len(segments)
+                for segments in planner.reference_segments(lengths, tree_nodes, bounds)]
+
+    flat, even = cost_per_cta(0), cost_per_cta(set_up * block_n)
+    assert max(flat) - min(flat[:-1]) == 7 * set_up  # two spans meet 8 requests each
+    assert max(even) - min(even[:-1]) <= 1 and max(even) < max(flat), (flat, even)
+
+
+def test_a_segment_cost_needs_the_spans_rule():
+    with pytest.raises(ValueError, match="segment_cost 320 needs the spans rule .*got kv_splits 0, waves 2"):
+        planner.plan_bounds(batch=2, row_blocks=1, capacity=4096, block_n=64, sms=132, kv_splits=0, waves=2,
+                            segment_cost=320)
+
+
 def test_the_spans_rule_needs_a_kernel_that_walks_segments():
     planner.check_plan_config({"kv_splits": 0, "waves": planner.SPANS}, spans=True)
     with pytest.raises(ValueError, match="waves must be 1..16 .*gluon_wgmma_ws, cuda_ws.*got 0"):
@@ -98,11 +129,12 @@ def _every_slot_finite(problem):
     return q, kv, table, lens, mask
 
 
-@pytest.mark.parametrize("variant, config", [("triton_splitkv", None), ("gluon_wgmma_ws", None), ("cuda_ws", None),
+@pytest.mark.parametrize("variant, config", [("triton_splitkv", None), ("gluon_wgmma_ws", None),
+                                             ("gluon_wgmma_ws", {"segment_cost": 320}), ("cuda_ws", None),
                                              ("cuda_ws", {"waves": planner.SPANS}), ("cuda_qreg", None),
                                              ("cuda_qreg", {"waves": planner.SPANS})],
-                         ids=["triton_splitkv", "gluon_wgmma_ws", "cuda_ws", "cuda_ws-spans", "cuda_qreg",
-                              "cuda_qreg-spans"])
+                         ids=["triton_splitkv", "gluon_wgmma_ws", "gluon_wgmma_ws-segment_cost320", "cuda_ws",
+                              "cuda_ws-spans", "cuda_qreg", "cuda_qreg-spans"])
 @pytest.mark.gpu
 def test_a_graph_replayed_with_new_prefix_lengths_stays_right(variant, config):
     """Capture once at one set of lengths, then write longer and shorter ones into the same tensor
