@@ -25,6 +25,8 @@
 #             per split): its oracle cases and graph replay, memcheck and synccheck, then the ragged batches and two
 #             single requests at segment_cost 0 / 320 / 640 beside FlashMLA
 #                                                  -> results/{check,sanitizer/variants,bench}/...gaps...-at-<commit>-<gpu>.*
+#   gaps-ab   the gaps' bench again with the order of the configs reversed (320 first, then 0), the batches only
+#             where they differ (one request has no gap)   -> results/bench/gaps-ab-at-<commit>-<gpu>.jsonl
 # (<commit>: VK_GIT_COMMIT's first 7 characters: each kernel's records apart, and --resume never skips a point
 # because an earlier kernel measured it.)
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
@@ -86,7 +88,7 @@ for item in "$@"; do
       bench --ragged 100000,50000,25000,12000,6000,3000 --tree 16 --heads 64
       pack ;;
     gaps)
-      pytest_log "results/check/gaps-test-$at-$sku.log" "$(( $(left) / 3 ))" tests/kernels/test_variants.py \
+      pytest_log "results/check/gaps-test-$at-$sku.log" "$(( $(left) / 2 ))" tests/kernels/test_variants.py \
         tests/kernels/test_planner.py -k "gluon_wgmma_ws and segment_cost"; pack
       for tool in memcheck synccheck; do
         sanitize_log "$tool" "results/sanitizer/variants/$tool-gluon_wgmma_ws-gaps-$at-$sku.txt" "$(( $(left) / 6 ))" \
@@ -101,6 +103,15 @@ for item in "$@"; do
       bench --ragged $RAGGED_EQUAL --tree 16 --heads 16
       bench --prefix 131072 --tree 16 --heads 8
       bench --prefix 185000 --tree 64 --heads 8
+      pack ;;
+    gaps-ab)
+      ours="gluon_wgmma_ws --config {\"segment_cost\":320} --config {\"segment_cost\":0}"
+      records="results/bench/gaps-ab-$at-$sku.jsonl"
+      bench --ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8
+      bench --ragged 262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000 --tree 128 --heads 8
+      bench --ragged $RAGGED_MIXED --tree 32 --heads 16
+      bench --ragged $RAGGED_EQUAL --tree 16 --heads 16
+      bench --ragged 100000,50000,25000,12000,6000,3000 --tree 16 --heads 64
       pack ;;
     spans-test)
       log="results/check/spans-test-$at-$sku.log"

@@ -11,7 +11,9 @@
 A name ``file=PATH@VARIANT`` runs a variant module kept as a file (an experiment's patched kernel,
 loaded as a sibling of verify_kernels' modules) on the shapes of the registered ``VARIANT``.
 
-``--config`` (JSON) is applied to every shape under each shape's own overrides.
+``--config`` (JSON) is applied to every shape under each shape's own overrides; where the variant refuses the
+two together (a spans-only key beside a shape's fixed ``kv_splits``), the shape runs at ``--config`` alone and
+the log says so.
 
 Shapes: a prefix of 0, page edges (prefix = page - 1, a tree ending on a page boundary), ragged
 batches (one whose CTAs cross requests), one split and many (a forced kv_splits), odd T and H.
@@ -59,6 +61,22 @@ def file_runner(spec: str):
     return registered, run
 
 
+def config_clash(variant: str, base_config: dict, overrides: dict, gpu) -> str | None:
+    """Why the variant refuses ``--config`` under a shape's own overrides (e.g. a spans-only key beside the
+    shape's fixed ``kv_splits``), where it takes ``--config`` alone; None where both are fine."""
+    shape = contract.check_arguments(*gpu.arguments(), **gpu.kwargs())
+    module = variants.load_variant(variant)
+    try:
+        variants.resolve_config(variant, module, overrides, shape)
+    except ValueError as error:
+        try:
+            variants.resolve_config(variant, module, base_config or None, shape)
+        except ValueError:
+            return None  # --config itself is refused: the run below says so
+        return str(error)
+    return None
+
+
 def main(names: list[str], base_config: dict) -> int:
     failures = 0
     for name in names:
@@ -69,6 +87,9 @@ def main(names: list[str], base_config: dict) -> int:
             reference = reference_attention(*problem.arguments(), **problem.kwargs())
             gpu = problem.to("cuda")
             overrides = {} if registered == "triton_ps1" else {**base_config, **config}
+            if overrides != base_config and (clash := config_clash(registered, base_config, overrides, gpu)):
+                print(f"{name} {gpu.shape_summary}: the shape's {config} dropped ({clash[:120]})")
+                overrides = base_config
             try:
                 if file_run:
                     out = file_run(gpu, overrides)
