@@ -34,6 +34,7 @@ from harness.static.space import Candidate, VariantOnArch, kernel_source_hash, s
 from harness.static.space import candidates as search_candidates
 from harness.measure.optuna_storage import open_storage, reap_interrupted, requeue, worker_identity
 from harness.tune.trial_process import TrialProcess
+from verify_kernels import variants
 from verify_kernels.variants import VARIANTS
 from verify_kernels.dispatch import SHIPPED_TUNED_DIR, log_distance, record_key
 
@@ -165,8 +166,10 @@ def feasible_space(target: VariantOnArch, progress: bool, compile: bool = True):
 
 
 def default_config_for(target: VariantOnArch) -> dict:
-    """The arch's default config, cut to the space's tunables (the first trial of a study)."""
-    return {name: target.defaults[name] for name in target.tuned_space()["tunables"]}
+    """The arch's default config, cut to the space's tunables (the first trial of a study); an optional key
+    (``OPTIONAL_CONFIG``) the defaults do not name at the value the kernel takes without it."""
+    defaults = {**variants.optional(target.module, "OPTIONAL_CONFIG"), **target.defaults}
+    return {name: defaults[name] for name in target.tuned_space()["tunables"]}
 
 
 def tune_key(key: TuneKey, target: VariantOnArch, *, storage: str, trials: int | None, minutes: float | None, seed: int,

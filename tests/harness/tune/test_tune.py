@@ -397,3 +397,10 @@ def test_prefix_lengths_of_one_bucket_make_one_key(capsys):
     keys = list(tune_keys(args, "gpu"))
     assert [(k.prefix_len, k.l_bucket) for k in keys] == [(131072, 131072), (4096, 4096)]
     assert "--prefix 185000 shares L bucket 131072 with 131072" in capsys.readouterr().err
+
+
+def test_a_studys_first_trial_names_an_optional_tunable_at_its_absent_value():
+    """gluon_wgmma_ws tunes segment_cost, which its defaults do not name: the first trial (the arch's default)
+    takes the value the kernel has without it, not a KeyError."""
+    first = tune.default_config_for(resolve("gluon_wgmma_ws", "sm_90"))
+    assert first["segment_cost"] == 0 and first["waves"] == 0
