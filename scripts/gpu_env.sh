@@ -19,6 +19,9 @@ sku=$(python3 -c "from harness.measure.environment import gpu_sku; print(gpu_sku
 RAGGED_LONG_AMONG_SHORT=185000,4096,32768,131072
 RAGGED_MIXED=64,900,4096,17000,33000,70000,110000,150000
 RAGGED_EQUAL=65536,65536,65536,65536,65536,65536,65536,65536
+# and two more the spans rule was checked on: sixteen requests with one of 262144 (T 128), six with H 64 (T 16).
+RAGGED_SIXTEEN=262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000
+RAGGED_SIX=100000,50000,25000,12000,6000,3000
 pack() { tar czf "$OUT/results.tgz" "${@:-results}"; }
 # One `vk bench` call the way the device scripts time side by side: chain trees (causal-only peers run them),
 # page 64, graph replay, 100 ms a point, resumable; records to OUT (JSONL), the table to OUT's .txt; cut at SECONDS.

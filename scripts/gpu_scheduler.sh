@@ -42,6 +42,13 @@ bench() {  # the shape flags of one group of points
   bench_chain "$(left)" "$records" --variants $ours --peers $peers "$@"
   tail -n 3 "${records%.jsonl}.txt"
 }
+ragged_batches() {  # the five ragged batches the spans rule and its gaps were timed on
+  bench --ragged $RAGGED_SIXTEEN --tree 128 --heads 8
+  bench --ragged $RAGGED_MIXED --tree 32 --heads 16
+  bench --ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8
+  bench --ragged $RAGGED_SIX --tree 16 --heads 64
+  bench --ragged $RAGGED_EQUAL --tree 16 --heads 16
+}
 bench_shapes() {  # three ragged batches and five single requests (issue 33's table)
   bench --ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8
   bench --ragged $RAGGED_MIXED --tree 32 --heads 16
@@ -84,8 +91,8 @@ for item in "$@"; do
     spans)
       ours="gluon_wgmma_ws --config {\"waves\":0} --config {\"waves\":2}"; records="results/bench/spans-$at-$sku.jsonl"
       bench_shapes
-      bench --ragged 262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000 --tree 128 --heads 8
-      bench --ragged 100000,50000,25000,12000,6000,3000 --tree 16 --heads 64
+      bench --ragged $RAGGED_SIXTEEN --tree 128 --heads 8
+      bench --ragged $RAGGED_SIX --tree 16 --heads 64
       pack ;;
     gaps)
       pytest_log "results/check/gaps-test-$at-$sku.log" "$(( $(left) / 2 ))" tests/kernels/test_variants.py \
@@ -96,22 +103,14 @@ for item in "$@"; do
       done; pack
       ours="gluon_wgmma_ws --config {\"segment_cost\":0} --config {\"segment_cost\":320} --config {\"segment_cost\":640}"
       records="results/bench/gaps-$at-$sku.jsonl"
-      bench --ragged 262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000 --tree 128 --heads 8
-      bench --ragged $RAGGED_MIXED --tree 32 --heads 16
-      bench --ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8
-      bench --ragged 100000,50000,25000,12000,6000,3000 --tree 16 --heads 64
-      bench --ragged $RAGGED_EQUAL --tree 16 --heads 16
+      ragged_batches
       bench --prefix 131072 --tree 16 --heads 8
       bench --prefix 185000 --tree 64 --heads 8
       pack ;;
     gaps-ab)
       ours="gluon_wgmma_ws --config {\"segment_cost\":320} --config {\"segment_cost\":0}"
       records="results/bench/gaps-ab-$at-$sku.jsonl"
-      bench --ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8
-      bench --ragged 262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000 --tree 128 --heads 8
-      bench --ragged $RAGGED_MIXED --tree 32 --heads 16
-      bench --ragged $RAGGED_EQUAL --tree 16 --heads 16
-      bench --ragged 100000,50000,25000,12000,6000,3000 --tree 16 --heads 64
+      ragged_batches
       pack ;;
     spans-test)
       log="results/check/spans-test-$at-$sku.log"
