@@ -27,6 +27,14 @@
 #                                                  -> results/{check,sanitizer/variants,bench}/...gaps...-at-<commit>-<gpu>.*
 #   gaps-ab   the gaps' bench again with the order of the configs reversed (320 first, then 0), the batches only
 #             where they differ (one request has no gap)   -> results/bench/gaps-ab-at-<commit>-<gpu>.jsonl
+#   portable-gaps  the gaps for the portable kernels (cuda_ws, cuda_qreg; compiled with GAPS): their segment_cost
+#             oracle cases and graph replay, memcheck and synccheck at 320
+#                                                  -> results/{check,sanitizer/variants}/...gaps...-at-<commit>-<gpu>.*
+#   portable-gaps-bench  both at segment_cost 320 and 0 (that order) on the ragged batches beside FlashMLA
+#                                                  -> results/bench/portable-gaps-ab-at-<commit>-<gpu>.jsonl
+#   gaps-counters  gluon_wgmma_ws at segment_cost 320 beside FlashMLA under ncu (vk bench --counters: a separate
+#             replay of each timed row): the 16-request batch, the 8 equal requests and the short tree 131072 / 16 / 8
+#                                                  -> results/bench/gaps-counters-at-<commit>-<gpu>.jsonl
 # (<commit>: VK_GIT_COMMIT's first 7 characters: each kernel's records apart, and --resume never skips a point
 # because an earlier kernel measured it.)
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
@@ -111,6 +119,27 @@ for item in "$@"; do
       ours="gluon_wgmma_ws --config {\"segment_cost\":320} --config {\"segment_cost\":0}"
       records="results/bench/gaps-ab-$at-$sku.jsonl"
       ragged_batches
+      pack ;;
+    portable-gaps)
+      pytest_log "results/check/portable-gaps-test-$at-$sku.log" "$(( $(left) * 2 / 3 ))" tests/kernels/test_variants.py \
+        tests/kernels/test_planner.py -k "(cuda_ws or cuda_qreg) and segment_cost"; pack
+      for variant in cuda_qreg cuda_ws; do
+        for tool in memcheck synccheck; do
+          sanitize_log "$tool" "results/sanitizer/variants/$tool-$variant-gaps-$at-$sku.txt" "$(( $(left) / 4 ))" \
+            "$variant" --config '{"segment_cost": 320}'
+        done
+      done; pack ;;
+    portable-gaps-bench)
+      ours="cuda_qreg cuda_ws --config {\"segment_cost\":320} --config {\"segment_cost\":0}"
+      records="results/bench/portable-gaps-ab-$at-$sku.jsonl"; peers=flash_mla
+      ragged_batches
+      pack ;;
+    gaps-counters)
+      ours="gluon_wgmma_ws --config {\"segment_cost\":320}"; peers=flash_mla
+      records="results/bench/gaps-counters-$at-$sku.jsonl"
+      bench --ragged $RAGGED_SIXTEEN --tree 128 --heads 8 --counters
+      bench --ragged $RAGGED_EQUAL --tree 16 --heads 16 --counters
+      bench --prefix 131072 --tree 16 --heads 8 --counters
       pack ;;
     spans-test)
       log="results/check/spans-test-$at-$sku.log"

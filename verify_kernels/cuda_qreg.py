@@ -21,7 +21,10 @@ Tunables are compile-time macros:
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
   ``waves``: the most waves of units the planner may cut a badly balanced batch into, or 0 for the
   spans rule (CTA ranges across requests; the kernel is then compiled with ``SPANS`` and walks each
-  span's segments).
+  span's segments);
+- ``segment_cost`` (optional, spans rule only; 0 when absent): the positions a segment's set-up weighs in
+  the spans' balance (planner.plan_bounds: a gap laid before each request but the first); the kernel is
+  then compiled with ``GAPS`` and steps over the gaps.
 
 Needs sm_90 or newer (bulk copies with mbarrier transaction counts): sm_90 and sm_120.
 """
@@ -51,7 +54,9 @@ BARRIER_BYTES = 128
 MACROS = ("WARPS_M", "BLOCK_N", "STAGES", "MIN_BLOCKS")
 # Optional keys (compile-time macros) and the value the kernel takes when the macro is not passed: a config
 # that leaves them at it compiles as before they existed (macros() names them only where they differ).
-OPTIONAL_CONFIG = {"EMPTY_BARS": 0}
+# ``segment_cost`` is a plan key: the kernel only learns GAPS from it.
+OPTIONAL_CONFIG = {"EMPTY_BARS": 0, "segment_cost": 0}
+OPTIONAL_MACROS = ("EMPTY_BARS",)
 # Per-arch defaults before any tune: the largest ring the arch's shared memory holds at the tile that
 # compiles without spills there (sm_120: 16-token tiles, 82 KB of its 99 KB; a fourth slot needs 100.4 KB).
 # sm_90 walks the planner's spans (waves 0): 2-17% faster than the units rule at all 8 shapes timed, ragged
@@ -67,7 +72,8 @@ DEFAULT_CONFIGS = {
 }
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
 # One and two row groups, 16-, 32- and 64-token tiles, two-slot rings, two CTAs per SM, one-tile and
-# multi-tile units, fixed splits.
+# multi-tile units, fixed splits; gaps (segment_cost) of 10 tiles and of 256, which leaves whole spans
+# inside a gap.
 CHECK_CONFIGS = (
     {**DEFAULT_CONFIGS["sm_120"], "kv_splits": 3},
     {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0},
@@ -79,6 +85,8 @@ CHECK_CONFIGS = (
     {"WARPS_M": 1, "BLOCK_N": 32, "STAGES": 2, "MIN_BLOCKS": 2, "kv_splits": 0, "waves": 0},
     {**DEFAULT_CONFIGS["sm_90"], "EMPTY_BARS": 0},
     {**DEFAULT_CONFIGS["sm_120"], "EMPTY_BARS": 2, "kv_splits": 3},
+    {**DEFAULT_CONFIGS["sm_90"], "segment_cost": 320},
+    {**DEFAULT_CONFIGS["sm_120"], "waves": 0, "segment_cost": 4096},
 )
 
 
@@ -145,11 +153,11 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
 
 
 def macros(config: dict) -> dict:
-    """The kernel's compile-time macros: the tunables, ``SPANS`` where the plan is the spans rule and the
-    optional macros where they differ from their default (each named only then, so a config without them
-    compiles exactly as before)."""
-    optional = {k: config[k] for k, absent in OPTIONAL_CONFIG.items() if config.get(k, absent) != absent}
-    return {**{k: config[k] for k in MACROS}, **({"SPANS": 1} if planner.walks_spans(config) else {}), **optional}
+    """The kernel's compile-time macros: the tunables, ``SPANS`` where the plan is the spans rule, ``GAPS``
+    where it names a ``segment_cost`` and the optional macros where they differ from their default (each named
+    only then, so a config without them compiles exactly as before)."""
+    optional = {k: config[k] for k in OPTIONAL_MACROS if config.get(k, OPTIONAL_CONFIG[k]) != OPTIONAL_CONFIG[k]}
+    return {**{k: config[k] for k in MACROS}, **planner.walk_macros(config), **optional}
 
 
 @lru_cache(maxsize=None)
@@ -169,7 +177,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     page_size = kv_cache.shape[1]
     bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * page_size,
                                  block_n=config["BLOCK_N"], sms=sm_count(q.device), kv_splits=config["kv_splits"],
-                                 ctas_per_sm=split_rule(config)["ctas_per_sm"], waves=config["waves"])
+                                 ctas_per_sm=split_rule(config)["ctas_per_sm"], waves=config["waves"],
+                                 segment_cost=config.get("segment_cost", 0))
     plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
     device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     (kernel,) = compiled_functions(SOURCE, ("verify_qreg",), tuple(macros(config).items()),

@@ -20,7 +20,10 @@ Tunables are compile-time macros:
 - ``kv_splits``: 0 = the planner's units (no host sync), else that many equal splits per request;
   ``waves``: the most waves of units the planner may cut a badly balanced batch into, or 0: the
   planner's spans rule (one wave of equal spans of the batch's tiles, crossing requests; the kernel
-  compiled with ``SPANS`` walks each span's segments).
+  compiled with ``SPANS`` walks each span's segments);
+- ``segment_cost`` (optional, spans rule only; 0 when absent): the positions a segment's set-up weighs in
+  the spans' balance (planner.plan_bounds: a gap laid before each request but the first); the kernel is
+  then compiled with ``GAPS`` and steps over the gaps.
 
 The output tile a warp holds is 16 * ROW_TILES x 512 / WARPS_N fp32: at most 128 registers per
 thread (``config_problems``). Needs sm_90 or newer (bulk copies with mbarrier transaction counts).
@@ -48,6 +51,9 @@ HEAD_DIM, V_DIM = 576, 512
 ROW_PAD = HEAD_DIM + 8
 BARRIER_BYTES = 128
 MACROS = ("WARPS_M", "ROW_TILES", "WARPS_N", "BLOCK_N", "STAGES", "MIN_BLOCKS", "PRODUCER", "SPLIT_K")
+# Optional keys and the value the kernel takes when they are not named (variants.config_keys): a config without
+# them compiles as before they existed. ``segment_cost`` is a plan key: the kernel only learns GAPS from it.
+OPTIONAL_CONFIG = {"segment_cost": 0}
 # Per-arch defaults, each the fastest of its arch's space timed on an H200 at L >= 131072
 # (results/bench/cuda_ws-side-by-side-nvidia-h200.jsonl, cuda_ws-sm120-proxy-nvidia-h200.jsonl).
 # sm_120: 48 rows, a two-slot ring of 16-token tiles, 98 KB (fits 99 KB per block, no spills).
@@ -64,7 +70,8 @@ DEFAULT_CONFIGS = {
 DEFAULT_CONFIG = DEFAULT_CONFIGS["sm_120"]
 # Both hand-off schemes, one and many splits, 16- to 64-token tiles, two CTAs per SM; the spans walk
 # (waves 0, the default) with each hand-off scheme, its ring's phases running on across segments, and
-# the units rule (waves 2) the tuned records measured.
+# the units rule (waves 2) the tuned records measured; gaps (segment_cost) of 20 tiles and of 256, which
+# leaves whole spans inside a gap.
 CHECK_CONFIGS = (
     {**DEFAULT_CONFIGS["sm_120"], "kv_splits": 3},
     {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "kv_splits": 0},
@@ -74,6 +81,9 @@ CHECK_CONFIGS = (
     {"WARPS_M": 4, "BLOCK_N": 32, "STAGES": 3, "SPLIT_K": 0, "kv_splits": 0},
     {**DEFAULT_CONFIGS["sm_120"], "waves": 2},
     {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "PRODUCER": 0, "SPLIT_K": 0, "kv_splits": 0, "waves": 0},
+    {**DEFAULT_CONFIGS["sm_120"], "segment_cost": 320},
+    {"WARPS_M": 2, "BLOCK_N": 16, "STAGES": 3, "PRODUCER": 0, "SPLIT_K": 0, "kv_splits": 0, "waves": 0,
+     "segment_cost": 4096},
 )
 
 
@@ -150,9 +160,10 @@ def complete_config(config: dict, shape: ProblemShape) -> dict:
 
 
 def macros(config: dict) -> dict:
-    """The kernel's compile-time macros: the tunables, and ``SPANS`` where the plan is the spans rule
-    (named only then, so a units config compiles exactly as before the spans walk)."""
-    return {**{k: config[k] for k in MACROS}, **({"SPANS": 1} if planner.walks_spans(config) else {})}
+    """The kernel's compile-time macros: the tunables, ``SPANS`` where the plan is the spans rule and
+    ``GAPS`` where it names a ``segment_cost`` (each named only then, so a config without them compiles
+    exactly as before)."""
+    return {**{k: config[k] for k in MACROS}, **planner.walk_macros(config)}
 
 
 @lru_cache(maxsize=None)
@@ -172,7 +183,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     page_size = kv_cache.shape[1]
     bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * page_size,
                                  block_n=config["BLOCK_N"], sms=sm_count(q.device), kv_splits=config["kv_splits"],
-                                 ctas_per_sm=split_rule(config)["ctas_per_sm"], waves=config["waves"])
+                                 ctas_per_sm=split_rule(config)["ctas_per_sm"], waves=config["waves"],
+                                 segment_cost=config.get("segment_cost", 0))
     plan = planner.make_plan(prefix_lens, tree_nodes, bounds)
     device_index = q.device.index if q.device.index is not None else torch.cuda.current_device()
     (kernel,) = compiled_functions(SOURCE, ("verify_ws",), tuple(macros(config).items()), q.dtype == torch.float16,

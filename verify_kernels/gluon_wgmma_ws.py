@@ -403,12 +403,6 @@ def complete_config(config: dict, shape) -> dict:
     splits per request; ``segment_cost``: a non-negative int, with the spans rule only)."""
     if config["BLOCK_N"] not in BLOCK_N_CHOICES:
         raise ValueError(f"config: BLOCK_N must be one of {BLOCK_N_CHOICES}, got {config['BLOCK_N']}")
-    cost = config.get("segment_cost", 0)
-    if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0:
-        raise ValueError(f"config: segment_cost must be an int >= 0 (positions), got {cost!r}")
-    if cost and not planner.walks_spans(config):
-        raise ValueError(f"config: segment_cost {cost} needs the spans rule (kv_splits 0, waves 0), got kv_splits "
-                         f"{config['kv_splits']}, waves {config['waves']}")
     return planner.check_plan_config(config, spans=True)
 
 

@@ -36,8 +36,8 @@ Three rules fill it:
   fixed set-up (Q rows, partial rows, the ring's refill) whatever its tiles, so a span that meets
   many request starts runs longer: ``segment_cost`` (positions; FlashMLA's fixed overhead per split)
   lays a gap of that many positions' tiles before every request but the first, in which no tile is
-  computed, and a span that meets it gets fewer tiles. A kernel walks the gaps (``gluon_wgmma_ws``
-  with ``GAPS``): a segment's tiles in its request are those past the gap, maybe none (an empty unit:
+  computed, and a span that meets it gets fewer tiles. A kernel walks the gaps (compiled with ``GAPS``:
+  ``gluon_wgmma_ws``, ``cuda_ws``, ``cuda_qreg``): a segment's tiles in its request are those past the gap, maybe none (an empty unit:
   its partial rows weigh nothing in the combine);
 - fixed (``kv_splits`` = N > 0): N splits per request of ceil(capacity / N) positions (the block
   table's capacity), as before the planner; a tuned config that names a split count keeps it.
@@ -94,9 +94,7 @@ def plan_bounds(*, batch: int, row_blocks: int, capacity: int, block_n: int, sms
     one wave. ``waves`` 0 is the spans rule: ``ctas_per_sm`` x ``sms`` CTAs over the row blocks,
     at most spans + batch - 1 segments (a span's end inside a request adds one); ``segment_cost``
     (positions, spans rule only) the gap laid before each request but the first."""
-    if segment_cost and (kv_splits or waves != SPANS):
-        raise ValueError(f"config: segment_cost {segment_cost} needs the spans rule (kv_splits 0, waves 0), got "
-                         f"kv_splits {kv_splits}, waves {waves}")
+    check_segment_cost(segment_cost, kv_splits, waves)
     if kv_splits:
         chunk = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
         return PlanBounds(batch * kv_splits, kv_splits, kv_splits, 0, 0, chunk, 0, block_n)
@@ -120,9 +118,26 @@ def walks_spans(config: dict) -> bool:
     return config.get("kv_splits", 0) == 0 and config.get("waves") == SPANS
 
 
+def walk_macros(config: dict) -> dict:
+    """What a CUDA kernel that walks segments (plan_walk.cuh) is compiled with for ``config``'s plan: ``SPANS``
+    for the spans rule, ``GAPS`` where it lays gaps (``segment_cost``); neither named otherwise, so a units
+    config compiles exactly as before the spans walk."""
+    return {**({"SPANS": 1} if walks_spans(config) else {}), **({"GAPS": 1} if config.get("segment_cost", 0) else {})}
+
+
+def check_segment_cost(cost, kv_splits: int, waves: int) -> None:
+    """``segment_cost``: an int >= 0 (positions), non-zero with the spans rule only."""
+    if not isinstance(cost, int) or isinstance(cost, bool) or cost < 0:
+        raise ValueError(f"config: segment_cost must be an int >= 0 (positions), got {cost!r}")
+    if cost and (kv_splits or waves != SPANS):
+        raise ValueError(f"config: segment_cost {cost} needs the spans rule (kv_splits 0, waves 0), got "
+                         f"kv_splits {kv_splits}, waves {waves}")
+
+
 def check_plan_config(config: dict, *, spans: bool = False) -> dict:
     """A variant's planner keys: ``kv_splits`` 0 (balanced) or 1..MAX_KV_SPLITS (fixed), ``waves``
-    1..MAX_WAVES, or 0 (spans) where the variant walks segments (``spans`` True)."""
+    1..MAX_WAVES, or 0 (spans) where the variant walks segments (``spans`` True), and ``segment_cost``
+    (``check_segment_cost``) where it names one."""
     if not 0 <= config["kv_splits"] <= MAX_KV_SPLITS:
         raise ValueError(f"config: kv_splits must be 0 (planned) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
     lowest = 0 if spans else 1
@@ -130,6 +145,7 @@ def check_plan_config(config: dict, *, spans: bool = False) -> dict:
         raise ValueError(f"config: waves must be {lowest}..{MAX_WAVES}"
                          + (" (0, the spans rule, needs a kernel that walks segments: gluon_wgmma_ws, cuda_ws, cuda_qreg)" if not spans else "")
                          + f", got {config['waves']}")
+    check_segment_cost(config.get("segment_cost", 0), config["kv_splits"], config.get("waves", 1))
     return config
 
 

@@ -115,6 +115,23 @@ def test_a_segment_cost_needs_the_spans_rule():
                             segment_cost=320)
 
 
+@pytest.mark.parametrize("variant", ["gluon_wgmma_ws", "cuda_ws", "cuda_qreg"])
+def test_every_segment_walking_variant_checks_segment_cost_in_one_place(variant):
+    """The planner's check_plan_config, which each variant's complete_config ends with: an int >= 0, with the
+    spans rule only; the variant lists it among its optional keys (0 when absent)."""
+    module = variants.load_variant(variant)
+    assert module.OPTIONAL_CONFIG["segment_cost"] == 0
+    spans = {"kv_splits": 0, "waves": planner.SPANS}
+    assert planner.check_plan_config({**spans, "segment_cost": 320}, spans=True)["segment_cost"] == 320
+    for config, message in (({"kv_splits": 0, "waves": 2, "segment_cost": 320}, "needs the spans rule .*waves 2"),
+                            ({"kv_splits": 4, "waves": 0, "segment_cost": 64}, "needs the spans rule .*kv_splits 4"),
+                            ({**spans, "segment_cost": -1}, "must be an int >= 0 .*got -1"),
+                            ({**spans, "segment_cost": True}, "must be an int >= 0 .*got True"),
+                            ({**spans, "segment_cost": 32.0}, "must be an int >= 0 .*got 32.0")):
+        with pytest.raises(ValueError, match=f"config: segment_cost .*{message}"):
+            planner.check_plan_config(config, spans=True)
+
+
 def test_the_spans_rule_needs_a_kernel_that_walks_segments():
     planner.check_plan_config({"kv_splits": 0, "waves": planner.SPANS}, spans=True)
     with pytest.raises(ValueError, match="waves must be 1..16 .*gluon_wgmma_ws, cuda_ws.*got 0"):
@@ -131,10 +148,13 @@ def _every_slot_finite(problem):
 
 @pytest.mark.parametrize("variant, config", [("triton_splitkv", None), ("gluon_wgmma_ws", None),
                                              ("gluon_wgmma_ws", {"segment_cost": 320}), ("cuda_ws", None),
-                                             ("cuda_ws", {"waves": planner.SPANS}), ("cuda_qreg", None),
-                                             ("cuda_qreg", {"waves": planner.SPANS})],
+                                             ("cuda_ws", {"waves": planner.SPANS}),
+                                             ("cuda_ws", {"waves": planner.SPANS, "segment_cost": 320}),
+                                             ("cuda_qreg", None), ("cuda_qreg", {"waves": planner.SPANS}),
+                                             ("cuda_qreg", {"waves": planner.SPANS, "segment_cost": 320})],
                          ids=["triton_splitkv", "gluon_wgmma_ws", "gluon_wgmma_ws-segment_cost320", "cuda_ws",
-                              "cuda_ws-spans", "cuda_qreg", "cuda_qreg-spans"])
+                              "cuda_ws-spans", "cuda_ws-segment_cost320", "cuda_qreg", "cuda_qreg-spans",
+                              "cuda_qreg-segment_cost320"])
 @pytest.mark.gpu
 def test_a_graph_replayed_with_new_prefix_lengths_stays_right(variant, config):
     """Capture once at one set of lengths, then write longer and shorter ones into the same tensor

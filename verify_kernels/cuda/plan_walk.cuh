@@ -6,7 +6,8 @@
 // Spans rule (waves 0, kv_splits 0; the kernels' SPANS): plan[batch + 1] the positions per span (whole
 // tiles), plan[batch + 2 + b] the batch's tiles before request b, plan[2 batch + 2] all of them; a CTA
 // computes one span of the batch's tiles, one segment per request the span meets, and the k-th
-// segment of a span is unit first_unit + k (the combine's partial rows).
+// segment of a span is unit first_unit + k (the combine's partial rows); plan[2 batch + 2] all tiles,
+// plan[2 batch + 3] the gap laid before each request but the first (segment_cost; kernels compiled with GAPS).
 #pragma once
 
 // For `unit`: its request (the last b with plan[b] <= unit), its position range [start, end) and the
@@ -55,12 +56,22 @@ __device__ __forceinline__ bool plan_span(const int* plan, int batch, unsigned c
   return true;
 }
 
-// Request b's segment of a span, from the span's tile `position` up to the request's end or
-// `end_tile`: its first position in the request and its tiles.
+// Request b's segment of a span, from the span's laid tile `position` up to the request's end or
+// `end_tile`: its first position in the request, its tiles and the laid tiles it spans (the walk's
+// step). With GAPS (the plan's segment_cost: plan[2 batch + 3] tiles laid before each request but the
+// first) the tiles of the gap are none of the request's: a segment inside the gap has no tile (only a
+// span's last can be one; its partial rows are empty: l 0, LSE -inf). planner.reference_segment states it.
 struct Segment {
-  int start, num_tiles;
+  int start, num_tiles, laid;
 };
-template <int TILE_ROWS>
+template <int TILE_ROWS, bool STEP_GAPS>  // not GAPS: the kernels define that macro
 __device__ __forceinline__ Segment segment_at(const int* plan, int batch, int b, int position, int end_tile) {
-  return {(position - plan[batch + 2 + b]) * TILE_ROWS, min(end_tile, plan[batch + 3 + b]) - position};
+  if constexpr (STEP_GAPS) {
+    const int laid_start = plan[batch + 2 + b], stop = min(end_tile, plan[batch + 3 + b]);
+    const int gap = b >= 1 ? plan[2 * batch + 3] : 0, first = max(position - laid_start - gap, 0);
+    return {first * TILE_ROWS, max(stop - laid_start - gap - first, 0), stop - position};
+  } else {
+    const int tiles = min(end_tile, plan[batch + 3 + b]) - position;
+    return {(position - plan[batch + 2 + b]) * TILE_ROWS, tiles, tiles};
+  }
 }

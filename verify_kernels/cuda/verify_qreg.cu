@@ -10,8 +10,10 @@
 // blocks, spans) and a CTA walks its span's segments, one per request the span meets: per segment it
 // loads that request's Q fragments, runs the same tile loop and writes that unit; the ring's slots
 // and mbarrier phases run on across segments, and a CTA-wide barrier separates two segments (every
-// warp done with the last one's slots, partial S, P and row sums). No producer warp: every warp copies its share of a tile's rows (BLOCK_N /
-// warps, one bulk copy per row), the first STAGES tiles at the start and tile i - 1 + STAGES right
+// warp done with the last one's slots, partial S, P and row sums); with GAPS = 1 (a segment_cost in the
+// plan) it steps over the gap laid before each request, and a segment inside a gap has no tile (empty
+// partial rows). No producer warp: every warp copies its share of a tile's rows (BLOCK_N / warps, one
+// bulk copy per row), the first STAGES tiles at the start and tile i - 1 + STAGES right
 // after tile i's CTA-wide barrier, when every warp is done with tile i - 1's slot.
 // Warps: WARPS_M row groups of 4 warps; row group wm owns rows [32 wm, +32) (two 16-row tiles).
 // Warp wn of a group (the "dim warp"):
@@ -50,6 +52,9 @@
 #endif
 #ifndef SPANS
 #define SPANS 0
+#endif
+#ifndef GAPS
+#define GAPS 0
 #endif
 #ifndef EMPTY_BARS
 #define EMPTY_BARS 0
@@ -144,7 +149,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
   const int splits = plan[b + 1] - plan[b];
   const int prefix_len = prefix_lens[b];
   const int seq_len = prefix_len + tree_nodes;
-  const Segment seg = segment_at<BLOCK_N>(plan, batch, b, position, cta_span.end_tile);
+  const Segment seg = segment_at<BLOCK_N, GAPS>(plan, batch, b, position, cta_span.end_tile);
   const int start = seg.start, num_tiles = seg.num_tiles;
   if (position > cta_span.begin) __syncthreads();  // every warp done with the last segment's slots, partial S, P and row sums
 #else
@@ -402,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) verify_qreg(VE
     }
 #if SPANS
   ring_tiles += num_tiles;
-  position += num_tiles;
+  position += seg.laid;  // a gap's tiles too (GAPS)
   }  // the segment loop
 #endif
 }

@@ -9,7 +9,9 @@
 // (row blocks, spans) and CTA c owns the batch's tiles [c * span, (c + 1) * span) laid end to end,
 // walked as segments (its range's part in one request, each a unit of the plan): per segment the
 // consumers load that request's Q rows, run the same tile loop and write that unit's output; the
-// ring's slots and mbarrier phases run on across segments.
+// ring's slots and mbarrier phases run on across segments. With GAPS = 1 (a segment_cost in the plan)
+// the walk steps over the gap laid before each request (plan_walk.cuh's segment_at): a segment inside
+// a gap has no tile and writes empty partial rows.
 //   warp CONSUMERS (the last), with PRODUCER = 1: the producer. It only moves KV rows into a
 //     STAGES-deep ring: one 1152-byte cp.async.bulk per token row, completing on the slot's `full`
 //     mbarrier; rows past the sequence are copied from a global row of zeros (NaN in unused pool
@@ -63,6 +65,9 @@
 #endif
 #ifndef SPANS
 #define SPANS 0
+#endif
+#ifndef GAPS
+#define GAPS 0
 #endif
 #include "mma_sync.cuh"
 #include "kv_ring.cuh"
@@ -223,11 +228,11 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   if (PRODUCER && warp == CONSUMERS) {
 #if SPANS
     for (int position = begin, b = first_request, ring = 0; position < end_tile; ++b) {
-      const Segment seg = segment_at<BLOCK_N>(plan, batch, b, position, end_tile);
+      const Segment seg = segment_at<BLOCK_N, GAPS>(plan, batch, b, position, end_tile);
       produce(kv_s, full, empty, kv, zero_row, block_table + (long long)b * stride_table_b, page_size, seg.start,
               prefix_lens[b] + tree_nodes, seg.num_tiles, ring, lane);
       ring += seg.num_tiles;
-      position += seg.num_tiles;
+      position += seg.laid;
     }
 #else
     produce(kv_s, full, empty, kv, zero_row, table, page_size, start, seq_len, num_tiles, 0, lane);
@@ -251,7 +256,7 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
   const int b = first_request + segment, unit = first_unit + segment, splits = plan[b + 1] - plan[b];
   const int prefix_len = prefix_lens[b];
   const int seq_len = prefix_len + tree_nodes;
-  const Segment seg = segment_at<BLOCK_N>(plan, batch, b, position, end_tile);
+  const Segment seg = segment_at<BLOCK_N, GAPS>(plan, batch, b, position, end_tile);
   const int start = seg.start, num_tiles = seg.num_tiles;
   const int* table = block_table + (long long)b * stride_table_b;
   if (segment > 0) consumer_sync();  // every consumer is done with the last segment's Q, slots and sums
@@ -557,7 +562,7 @@ extern "C" __global__ void __maxnreg__(MAX_REGS) verify_ws(VERIFY_PARAMS) {
     }
 #if SPANS
   ring += num_tiles;
-  position += num_tiles;
+  position += seg.laid;  // a gap's tiles too (GAPS)
   }  // the segment loop
 #endif
 }

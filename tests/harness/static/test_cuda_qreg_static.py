@@ -52,9 +52,10 @@ def test_each_arch_default_compiles_without_spills_in_its_loop(arch, fp16):
 @pytest.mark.parametrize("warps_m, min_blocks, block_n, stages", [(2, 1, None, None), (1, 2, 32, 2)])
 def test_the_spans_walk_compiles_only_at_waves_0_without_spills_in_its_loop(arch, warps_m, min_blocks, block_n,
                                                                              stages):
-    """waves 0 (the planner's spans rule) compiles the kernel with SPANS, its segment walk; any other plan
-    compiles without the macro (units configs keep their code). At most 8 bytes in local memory, none
-    inside the tile loop (the segment loop's registers had pushed the mask's row index there on sm_90)."""
+    """waves 0 (the planner's spans rule) compiles the kernel with SPANS, its segment walk (with GAPS where the
+    config names a segment_cost); any other plan compiles without the macros (units configs keep their code).
+    At most 8 bytes in local memory, none inside the tile loop (the segment loop's registers had pushed the
+    mask's row index there on sm_90)."""
     from harness.static.nvcc_compile import compile_resources
     from harness.static.sass import spills_in_main_loop
 
@@ -64,8 +65,12 @@ def test_the_spans_walk_compiles_only_at_waves_0_without_spills_in_its_loop(arch
     assert spec.macros["SPANS"] == 1
     assert "SPANS" not in cuda_qreg.kernel_specs({**config, "waves": 2})[0].macros
     assert "SPANS" not in cuda_qreg.kernel_specs({**config, "kv_splits": 3})[0].macros  # fixed splits: no spans
-    usage = compile_resources(spec, arch)
-    assert usage.registers <= 255 and usage.spill_store_bytes <= 8 and spills_in_main_loop(spec, arch) == []
+    assert "GAPS" not in spec.macros
+    (gaps,) = cuda_qreg.kernel_specs({**config, "segment_cost": 320})  # the walk steps over the plan's gaps
+    assert gaps.macros["GAPS"] == 1 and "segment_cost" not in gaps.macros
+    for compiled in (spec, gaps):
+        usage = compile_resources(compiled, arch)
+        assert usage.registers <= 255 and usage.spill_store_bytes <= 8 and spills_in_main_loop(compiled, arch) == []
 
 
 @needs_nvcc

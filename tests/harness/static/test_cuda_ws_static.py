@@ -77,8 +77,9 @@ def test_cpu_tensors_are_a_clear_unsupported_reason():
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
 @pytest.mark.parametrize("producer", [0, 1])
 def test_the_spans_walk_compiles_only_at_waves_0_and_without_spills(arch, producer):
-    """waves 0 (the planner's spans rule) compiles the kernel with SPANS, its segment walk; any other
-    plan compiles without the macro, so units configs keep their code. No spill on either arch."""
+    """waves 0 (the planner's spans rule) compiles the kernel with SPANS, its segment walk, and with GAPS
+    where the config names a segment_cost; any other plan compiles without the macros, so units configs
+    keep their code. No spill on either arch."""
     from harness.static.nvcc_compile import compile_resources
 
     config = {**cuda_ws.DEFAULT_CONFIGS[arch], "PRODUCER": producer, "SPLIT_K": producer, "waves": 0}
@@ -88,5 +89,8 @@ def test_the_spans_walk_compiles_only_at_waves_0_and_without_spills(arch, produc
     assert spec.macros["SPANS"] == 1
     assert "SPANS" not in cuda_ws.kernel_specs({**config, "waves": 2})[0].macros
     assert "SPANS" not in cuda_ws.kernel_specs({**config, "kv_splits": 3})[0].macros  # fixed splits: no spans
-    usage = compile_resources(spec, arch)
-    assert usage.spill_store_bytes == 0 and usage.spill_load_bytes == 0
+    assert "GAPS" not in spec.macros
+    (gaps,) = cuda_ws.kernel_specs({**config, "segment_cost": 320})  # the walk steps over the plan's gaps
+    assert gaps.macros["GAPS"] == 1 and gaps.macros["SPANS"] == 1
+    for usage in (compile_resources(spec, arch), compile_resources(gaps, arch)):
+        assert usage.spill_store_bytes == 0 and usage.spill_load_bytes == 0
