@@ -71,7 +71,8 @@ __device__ __forceinline__ Segment segment_at(const int* plan, int batch, int b,
     const int gap = b >= 1 ? plan[2 * batch + 3] : 0, first = max(position - laid_start - gap, 0);
     return {first * TILE_ROWS, max(stop - laid_start - gap - first, 0), stop - position};
   } else {
-    const int tiles = min(end_tile, plan[batch + 3 + b]) - position;
-    return {(position - plan[batch + 2 + b]) * TILE_ROWS, tiles, tiles};
+    Segment s{(position - plan[batch + 2 + b]) * TILE_ROWS, min(end_tile, plan[batch + 3 + b]) - position, 0};
+    s.laid = s.num_tiles;
+    return s;
   }
 }
