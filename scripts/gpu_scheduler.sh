@@ -28,8 +28,9 @@
 #   gaps-ab   the gaps' bench again with the order of the configs reversed (320 first, then 0), the batches only
 #             where they differ (one request has no gap)   -> results/bench/gaps-ab-at-<commit>-<gpu>.jsonl
 #   portable-gaps  the gaps for the portable kernels (cuda_ws, cuda_qreg; compiled with GAPS): their segment_cost
-#             oracle cases and graph replay, memcheck and synccheck at 320
-#                                                  -> results/{check,sanitizer/variants}/...gaps...-at-<commit>-<gpu>.*
+#             oracle cases and graph replay        -> results/check/portable-gaps-test-at-<commit>-<gpu>.log
+#   portable-gaps-sanitize  memcheck and synccheck of both at segment_cost 320
+#                                                  -> results/sanitizer/variants/<tool>-<variant>-gaps-at-<commit>-<gpu>.txt
 #   portable-gaps-bench  both at segment_cost 320 and 0 (that order) on the ragged batches beside FlashMLA
 #                                                  -> results/bench/portable-gaps-ab-at-<commit>-<gpu>.jsonl
 #   gaps-counters  gluon_wgmma_ws at segment_cost 320 beside FlashMLA under ncu (vk bench --counters: a separate
@@ -121,12 +122,15 @@ for item in "$@"; do
       ragged_batches
       pack ;;
     portable-gaps)
-      pytest_log "results/check/portable-gaps-test-$at-$sku.log" "$(( $(left) * 2 / 3 ))" tests/kernels/test_variants.py \
-        tests/kernels/test_planner.py -k "(cuda_ws or cuda_qreg) and segment_cost"; pack
+      pytest_log "results/check/portable-gaps-test-$at-$sku.log" "$(left)" tests/kernels/test_variants.py \
+        tests/kernels/test_planner.py -k "(cuda_ws or cuda_qreg) and segment_cost"; pack ;;
+    portable-gaps-sanitize)
+      runs=4  # each run gets an equal share of what is left
       for variant in cuda_qreg cuda_ws; do
         for tool in memcheck synccheck; do
-          sanitize_log "$tool" "results/sanitizer/variants/$tool-$variant-gaps-$at-$sku.txt" "$(( $(left) / 4 ))" \
+          sanitize_log "$tool" "results/sanitizer/variants/$tool-$variant-gaps-$at-$sku.txt" "$(( $(left) / runs ))" \
             "$variant" --config '{"segment_cost": 320}'
+          runs=$(( runs - 1 ))
         done
       done; pack ;;
     portable-gaps-bench)
