@@ -10,6 +10,10 @@
 #          131072 x T 16 / 64 / 256 x H 8, fp16 at two keys
 #   sm_120 fp16 only (bf16 is scripts/gpu_proxy_tune.sh's): cuda_qreg and cuda_ws, L 4096 / 32768 / 131072 x
 #          T 16 / 64 x H 8
+#   sm_120-ragged  cuda_qreg (bf16; its planner keys waves and segment_cost in the space) on three ragged batches
+#          (one long request among short ones, eight mixed lengths, sixteen with one of 262144) x T 32 / 128 x H 8:
+#          without a ragged key auto matches a batch to a single request's record, whose units rule (waves 2) ran a
+#          sixteen-request batch 4x slower than the spans rule as the proxy (bench/portable-gaps-proxy-sm_120-*)
 # Usage (repository root): [TRIALS=configs per study, default 14] bash scripts/gpu_arch_tables.sh SECONDS ARCH[:SECONDS]...
 . scripts/gpu_env.sh
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
@@ -45,6 +49,11 @@ for item in "$@"; do
         timeout -k 5 "$(( $(left) / 3 ))" python3 scripts/warm_kernel_cache.py "$variant" sm_120 --dtype float16 | tail -n 2
       done
       tune "cuda_qreg cuda_ws" --dtype float16 --prefix 4096,32768,131072 --tree 16,64 --heads 8 ;;
+    sm_120-ragged)
+      arch=sm_120
+      timeout -k 5 "$(( $(left) / 4 ))" python3 scripts/warm_kernel_cache.py cuda_qreg sm_120 | tail -n 2
+      tune cuda_qreg --ragged $RAGGED_LONG_AMONG_SHORT --ragged $RAGGED_MIXED --ragged $RAGGED_SIXTEEN \
+        --tree 32,128 --heads 8 ;;
     *) echo "unknown arch $arch" >&2 ;;
   esac
   grep -E "^(gluon|triton|cuda)" "$log" | tail -n 40
