@@ -11,7 +11,8 @@ shared combine with its row cut into column blocks; it moves into split_combine 
 - ``ours``: gluon_wgmma_ws as registered (plan, kernel, combine per call);
 - ``plan_once``: the plan made once per prefix_lens outside the graph, as FlashMLA's harness call reuses its
   tile scheduler (``get_mla_metadata``, built on the first call): a decode step plans once for all layers;
-- ``combine_dv<N>``: the combine over N column blocks of v_dim per row (N x the programs, SPLIT_TILE 16);
+- ``dv<N>[_t<S>][_w<W>]``: the combine over N column blocks of v_dim per row (N x the programs), S partial rows
+  a load (16 unless named), W warps a program (1 unless named);
 - ``flash_mla``: the peer.
 
 Usage (GPU host, repository root):
@@ -115,9 +116,13 @@ class Patched:
 CONTENDERS = {
     "ours": {},
     "plan_once": {"plan_once": True},
-    "combine_dv4": {"combine": combine_dv(4)},
-    "combine_dv8": {"combine": combine_dv(8, warps=1)},
-    "plan_once+dv4": {"plan_once": True, "combine": combine_dv(4)},
+    "dv8": {"combine": combine_dv(8, warps=1)},
+    "dv16": {"combine": combine_dv(16, warps=1)},
+    "dv16_t32": {"combine": combine_dv(16, split_tile=32, warps=1)},
+    "dv8_t32_w2": {"combine": combine_dv(8, split_tile=32, warps=2)},
+    "dv4_t32_w4": {"combine": combine_dv(4, split_tile=32, warps=4)},
+    "plan_once+dv16": {"plan_once": True, "combine": combine_dv(16, warps=1)},
+    "plan_once+dv8": {"plan_once": True, "combine": combine_dv(8, warps=1)},
 }
 
 
