@@ -36,6 +36,11 @@
 #   gaps-counters  gluon_wgmma_ws at segment_cost 320 beside FlashMLA under ncu (vk bench --counters: a separate
 #             replay of each timed row): the 16-request batch, the 8 equal requests and the short tree 131072 / 16 / 8
 #                                                  -> results/bench/gaps-counters-at-<commit>-<gpu>.jsonl
+#   combine-test  the combine's column blocks and plan_once: their tests, every planned variant's graph replay, and
+#             the oracle suites of gluon_wgmma_ws and triton_splitkv   -> results/check/combine-test-at-<commit>-<gpu>.log
+#   combine-bench  gluon_wgmma_ws beside FlashMLA on the short trees and the five ragged batches, every call planning
+#             (--plan call) and then one plan a graph (--plan once)
+#                                                  -> results/bench/combine-plan-{call,once}-at-<commit>-<gpu>.jsonl
 # (<commit>: VK_GIT_COMMIT's first 7 characters: each kernel's records apart, and --resume never skips a point
 # because an earlier kernel measured it.)
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
@@ -51,12 +56,12 @@ bench() {  # the shape flags of one group of points
   bench_chain "$(left)" "$records" --variants $ours --peers $peers "$@"
   tail -n 3 "${records%.jsonl}.txt"
 }
-ragged_batches() {  # the five ragged batches the spans rule and its gaps were timed on
-  bench --ragged $RAGGED_SIXTEEN --tree 128 --heads 8
-  bench --ragged $RAGGED_MIXED --tree 32 --heads 16
-  bench --ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8
-  bench --ragged $RAGGED_SIX --tree 16 --heads 64
-  bench --ragged $RAGGED_EQUAL --tree 16 --heads 16
+ragged_batches() {  # the five ragged batches the spans rule and its gaps were timed on [more vk bench flags]
+  bench --ragged $RAGGED_SIXTEEN --tree 128 --heads 8 "$@"
+  bench --ragged $RAGGED_MIXED --tree 32 --heads 16 "$@"
+  bench --ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8 "$@"
+  bench --ragged $RAGGED_SIX --tree 16 --heads 64 "$@"
+  bench --ragged $RAGGED_EQUAL --tree 16 --heads 16 "$@"
 }
 bench_shapes() {  # three ragged batches and five single requests (issue 33's table)
   bench --ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8
@@ -164,6 +169,21 @@ for item in "$@"; do
       ours="cuda_ws --config {\"waves\":0} --config {\"waves\":2}"; records="results/bench/ws-spans-$at-$sku.jsonl"
       bench_shapes
       pack ;;
+    combine-test)
+      log="results/check/combine-test-$at-$sku.log"
+      pytest_log "$log" "$(( $(left) / 3 ))" tests/kernels/test_split_combine.py tests/kernels/test_plan_scope.py \
+        tests/kernels/test_planner.py; pack
+      pytest_log "${log%.log}-oracle.log" "$(left)" tests/kernels/test_variants.py -k "gluon_wgmma_ws or triton_splitkv"
+      pack ;;
+    combine-bench)
+      ours=gluon_wgmma_ws; peers=flash_mla
+      for plan in call once; do
+        records="results/bench/combine-plan-$plan-$at-$sku.jsonl"
+        bench --prefix 131072,32768 --tree 16 --heads 8 --plan $plan
+        bench --prefix 4096 --tree 16,64 --heads 8 --plan $plan
+        bench --prefix 185000 --tree 64 --heads 8 --plan $plan
+        ragged_batches --plan $plan
+      done; pack ;;
     report) python3 -m harness report "$records" --peers --title "The planner beside the peers ($sku)" \
               --out "results/report/scheduler-$sku" > /dev/null 2>&1; pack
             sed -n '/## Ours against the peers/,/## The portable race/p' "results/report/scheduler-$sku.md" | head -n 40 ;;

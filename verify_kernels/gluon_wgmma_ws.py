@@ -464,7 +464,7 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
          "TreeMask": "*i32", "Plan": "*i32", "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
         {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "B_POW2": 1,
          "SPANS": planner.walks_spans({**DEFAULT_CONFIG, **config}),
-         "PDL": True, "WORKER_REGS": WORKER_REGISTERS, "GAPS": config.get("segment_cost", 0) > 0},
+         "PDL": True, "WORKER_REGS": WORKER_REGISTERS, "GAPS": planner.lays_gaps(config)},
         PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,
         threads=2 * PARTITION_WARPS * 32,  # the launch's num_warps is the default partition's; the worker adds 4
     )]

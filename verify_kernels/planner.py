@@ -37,8 +37,8 @@ Three rules fill it:
   many request starts runs longer: ``segment_cost`` (positions; FlashMLA's fixed overhead per split)
   lays a gap of that many positions' tiles before every request but the first, in which no tile is
   computed, and a span that meets it gets fewer tiles. A kernel walks the gaps (compiled with ``GAPS``:
-  ``gluon_wgmma_ws``, ``cuda_ws``, ``cuda_qreg``): a segment's tiles in its request are those past the gap, maybe none (an empty unit:
-  its partial rows weigh nothing in the combine);
+  ``gluon_wgmma_ws``, ``cuda_ws``, ``cuda_qreg``): a segment's tiles in its request are those past the gap,
+  maybe none (an empty unit: its partial rows weigh nothing in the combine);
 - fixed (``kv_splits`` = N > 0): N splits per request of ceil(capacity / N) positions (the block
   table's capacity), as before the planner; a tuned config that names a split count keeps it.
 A kernel that cuts its own splits (``gluon_wgmma``) hands the combine ``fixed_plan``: the same layout.
@@ -52,6 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .plan_scope import keep_plan, shared_plan
 from .splits import CTAS_PER_SM, MAX_KV_SPLITS, MIN_SPLIT_TOKENS
 
 MIN_CHUNK_TOKENS = MIN_SPLIT_TOKENS  # a unit as short as a split may be: its partial rows cost as much
@@ -118,11 +119,17 @@ def walks_spans(config: dict) -> bool:
     return config.get("kv_splits", 0) == 0 and config.get("waves") == SPANS
 
 
+def lays_gaps(config: dict) -> bool:
+    """Whether ``config``'s plan lays gaps (a ``segment_cost``): a kernel that walks them compiles another
+    program for it (``GAPS``), so this is a compile-time fact too."""
+    return config.get("segment_cost", 0) > 0
+
+
 def walk_macros(config: dict) -> dict:
     """What a CUDA kernel that walks segments (plan_walk.cuh) is compiled with for ``config``'s plan: ``SPANS``
-    for the spans rule, ``GAPS`` where it lays gaps (``segment_cost``); neither named otherwise, so a units
-    config compiles exactly as before the spans walk."""
-    return {**({"SPANS": 1} if walks_spans(config) else {}), **({"GAPS": 1} if config.get("segment_cost", 0) else {})}
+    for the spans rule, ``GAPS`` where it lays gaps; neither named otherwise, so a units config compiles
+    exactly as before the spans walk."""
+    return {**({"SPANS": 1} if walks_spans(config) else {}), **({"GAPS": 1} if lays_gaps(config) else {})}
 
 
 def check_segment_cost(cost, kv_splits: int, waves: int) -> None:
@@ -142,9 +149,8 @@ def check_plan_config(config: dict, *, spans: bool = False) -> dict:
         raise ValueError(f"config: kv_splits must be 0 (planned) or 1..{MAX_KV_SPLITS}, got {config['kv_splits']}")
     lowest = 0 if spans else 1
     if not lowest <= config.get("waves", 1) <= MAX_WAVES:
-        raise ValueError(f"config: waves must be {lowest}..{MAX_WAVES}"
-                         + (" (0, the spans rule, needs a kernel that walks segments: gluon_wgmma_ws, cuda_ws, cuda_qreg)" if not spans else "")
-                         + f", got {config['waves']}")
+        needs = " (0, the spans rule, needs a kernel that walks segments: gluon_wgmma_ws, cuda_ws, cuda_qreg)"
+        raise ValueError(f"config: waves must be {lowest}..{MAX_WAVES}{'' if spans else needs}, got {config['waves']}")
     check_segment_cost(config.get("segment_cost", 0), config["kv_splits"], config.get("waves", 1))
     return config
 
@@ -219,15 +225,20 @@ def fixed_plan(batch: int, kv_splits: int, device) -> torch.Tensor:
 
 def make_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds: PlanBounds, *,
               launch_dependents: bool = False) -> torch.Tensor:
-    """The plan (int32 [2B + 4], on prefix_lens' device) for this call: one tiny launch, no sync.
-    ``launch_dependents``: the next launch is programmatic (``pdl.launch_kwargs``) and waits for
+    """The plan (int32 [2B + 4], on prefix_lens' device) for this call: one tiny launch, no sync, or
+    none inside ``plan_scope.plan_once`` where a call of the block made it for the same lengths.
+    ``launch_dependents``: the next launch is programmatic (``launch_pdl``) and waits for
     the plan on the device, so it may be scheduled while the plan is made."""
+    shared = shared_plan(prefix_lens, tree_nodes, bounds)
+    if shared is not None:
+        return shared
     batch = prefix_lens.shape[0]
     plan = torch.empty(2 * batch + 4, dtype=torch.int32, device=prefix_lens.device)
     _plan_kernel[(1,)](prefix_lens, plan, batch, tree_nodes, bounds.target_units, bounds.wave_units,
                        bounds.fixed_chunk, bounds.min_chunk, bounds.gap_tiles, FIXED_SPLITS=bounds.fixed_splits,
                        SPANS=bool(bounds.spans), BLOCK_N=bounds.block_n, B_POW2=triton.next_power_of_2(batch),
                        BALANCE=ONE_WAVE_BALANCE, LAUNCH_DEPENDENTS=launch_dependents, num_warps=1)
+    keep_plan(prefix_lens, tree_nodes, bounds, plan)
     return plan
 
 
@@ -290,7 +301,8 @@ def reference_tile_starts(prefix_lens: list[int], tree_nodes: int, block_n: int,
     return starts
 
 
-def reference_segment(tile_start: list[int], gap_tiles: int, request: int, position: int, end: int) -> tuple[int, int, int]:
+def reference_segment(tile_start: list[int], gap_tiles: int, request: int, position: int,
+                      end: int) -> tuple[int, int, int]:
     """The segment of ``request`` from laid tile ``position`` to its end or ``end``: (its first tile in the
     request, its tiles, the laid tiles it spans). The tiles of the gap before the request are none of its:
     a segment inside the gap has no tile."""
@@ -302,8 +314,8 @@ def reference_segment(tile_start: list[int], gap_tiles: int, request: int, posit
 
 def reference_segments(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) -> list[list[tuple]]:
     """Per CTA of the spans rule, its segments in order as (request, first tile in the request,
-    tiles (none for a segment inside a request's gap), unit): what the kernel derives from the plan with the same arithmetic (``cta_range``,
-    ``segment_at`` in gluon_common)."""
+    tiles (none for a segment inside a request's gap), unit): what the kernel derives from the plan with
+    the same arithmetic (``cta_range``, ``segment_at`` in gluon_common)."""
     starts, chunk = reference_plan(prefix_lens, tree_nodes, bounds)
     span = chunk // bounds.block_n
     tile_start = reference_tile_starts(prefix_lens, tree_nodes, bounds.block_n, bounds.gap_tiles)

@@ -23,7 +23,7 @@ from verify_kernels import VARIANTS
 from verify_kernels.trees import TREE_GENERATORS
 
 BENCH_DEFAULTS = {"prefix": [4096, 32768, 131072], "tree": [16, 64], "heads": [8], "page_size": [64],
-                  "batch": 1, "dtype": "bfloat16", "mode": "events", "rep_ms": 200.0, "repeat": 1,
+                  "batch": 1, "dtype": "bfloat16", "mode": "events", "plan": "call", "rep_ms": 200.0, "repeat": 1,
                   "tree_kind": ["random"], "ragged": []}
 
 
@@ -93,7 +93,8 @@ def _bench_settings(args) -> dict:
 SWEEP_PARSERS = {"prefix": prefix_lengths, "tree": int_list_in(1, 1024), "heads": int_list_in(1, 128),
                  "page_size": int_list_in(1), "batch": int_in(1), "rep_ms": float_at_least(0, strict=True),
                  "repeat": int_in(1)}
-SWEEP_CHOICES = {"dtype": ("bfloat16", "float16"), "mode": ("events", "graph"), "proxy_for": (*known_arches(), None)}
+SWEEP_CHOICES = {"dtype": ("bfloat16", "float16"), "mode": ("events", "graph"), "plan": ("call", "once"),
+                 "proxy_for": (*known_arches(), None)}
 
 
 def _sweep_value(path, key: str, value):
@@ -153,7 +154,7 @@ def cmd_bench(args) -> int:
         print(f"vk bench: --resume: {skipped} points already in {out}, {len(points)} to run", file=sys.stderr)
     results = run_sweep(points, out_path=out, mode=settings["mode"], rep_ms=settings["rep_ms"],
                         repeats=settings["repeat"], progress=not args.no_progress, proxy_for=settings["proxy_for"],
-                        counters=args.counters)
+                        counters=args.counters, plan=settings["plan"])
     print(format_table(results))
     print(f"\nrecords appended to {out}")
     bad = [r for r in results if r["status"] in ("wrong", "error")]
@@ -209,6 +210,10 @@ def add_commands(sub) -> None:
     bench.add_argument("--config", type=json_dict, action="append",
                        help='config overrides as JSON, e.g. \'{"BLOCK_M": 64}\'; repeat to sweep configs')
     bench.add_argument("--mode", choices=["events", "graph"], help="events (default) or CUDA-graph replay")
+    bench.add_argument("--plan", choices=["call", "once"],
+                       help="call (default): every timed call of a planned variant makes its plan; once: the calls "
+                            "share one (verify_kernels.plan_once; one a captured graph), as a decode step plans once "
+                            "for its layers and FlashMLA's call reuses its first call's metadata")
     bench.add_argument("--rep-ms", type=float_at_least(0, strict=True),
                        help="time budget of timed calls per point (default 200)")
     bench.add_argument("--repeat", type=int_in(1), help="time each point this many times (agreement check)")

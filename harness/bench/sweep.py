@@ -22,7 +22,7 @@ import torch
 from tabulate import tabulate
 from tqdm import tqdm
 
-from verify_kernels import contract, make_problem, reference_attention, variants, verify_attention
+from verify_kernels import contract, make_problem, plan_once, reference_attention, variants, verify_attention
 from verify_kernels.api import UnsupportedProblemError
 from verify_kernels.arch import load_arch
 
@@ -147,13 +147,14 @@ def proxy_peer_problem(name: str, config: dict, arch: str) -> str | None:
 
 
 def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, rep_ms: float,
-                repeats: int = 1, proxy_for: str | None = None) -> dict:
+                repeats: int = 1, proxy_for: str | None = None, plan: str = "call") -> dict:
     """Check one point against the oracle's output, time it ``repeats`` times, return its payload. With
     ``proxy_for``, a variant runs that arch's defaults under the point's config (``implementation_call``)
-    and a peer only where it ran that arch's config (``proxy_peer_problem``)."""
+    and a peer only where it ran that arch's config (``proxy_peer_problem``). ``plan``: "call", every
+    timed call plans; "once", the calls share a plan (``_time``)."""
     implementation = "peer" if point.variant in peers.PEERS else "variant"
     payload = {**asdict(point), "implementation": implementation, "config": dict(point.config), "mode": mode,
-               "status": "ok",
+               "plan": plan, "status": "ok",
                "reason": ""}
     try:
         call, payload["resolved_config"] = implementation_call(point, problem, proxy_for)
@@ -177,7 +178,7 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
             return payload
         del output
         with PowerSampler() as power:
-            results = [_time(call, mode, rep_ms, payload) for _ in range(repeats)]
+            results = [_time(call, mode, rep_ms, payload, plan) for _ in range(repeats)]
         payload["power"] = power.summary()
     except peers.PeerUnavailable as error:
         payload.update(status="unavailable", reason=str(error))
@@ -205,12 +206,18 @@ def bench_point(point: BenchPoint, problem, reference, ceilings, *, mode: str, r
     return payload
 
 
-def _time(call, mode: str, rep_ms: float, payload: dict) -> timing.Timing:
+def _time(call, mode: str, rep_ms: float, payload: dict, plan: str = "call") -> timing.Timing:
     """Graph replay when asked and the call can be captured, else CUDA events; the payload's
-    ``timing_mode`` says which, and ``graph_error`` why a peer's capture failed."""
+    ``timing_mode`` says which, and ``graph_error`` why a peer's capture failed. ``plan`` "once": the
+    planned variants' calls share one plan (``verify_kernels.plan_once``): one a captured graph of calls,
+    or one for all the timed calls with events, as FlashMLA's call reuses the metadata of its first."""
+    if plan == "once" and mode != "graph":
+        with plan_once():
+            return _time(call, mode, rep_ms, payload)
+    scope = plan_once if plan == "once" else None
     if mode == "graph" and getattr(call, "graph_safe", True):
         try:
-            result = timing.time_graph(call, budget_ms=rep_ms)
+            result = timing.time_graph(call, budget_ms=rep_ms, capture_scope=scope)
             payload["timing_mode"] = "graph"
             return result
         except Exception as error:  # a peer that cannot be captured is timed with events instead
@@ -234,7 +241,7 @@ def counters_argv(point: BenchPoint, seed: int) -> list[str]:
 
 def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_ms: float = 200.0,
               repeats: int = 1, seed: int = 0, progress: bool = True, proxy_for: str | None = None,
-              counters: bool = False, profile=ncu_counters.profile) -> list[dict]:
+              counters: bool = False, profile=ncu_counters.profile, plan: str = "call") -> list[dict]:
     """Time every point. Points that share a shape share one seeded problem (re-laid out per page
     size) and one oracle output. ``proxy_for`` (an arch such as "sm_120") marks every record as a
     proxy run for that arch on this GPU: our variants' configs are that arch's defaults under the points'
@@ -261,7 +268,7 @@ def run_sweep(points: list[BenchPoint], *, out_path, mode: str = "events", rep_m
         if reference is None:
             reference = reference_attention(*problem.arguments(), **problem.kwargs())
         payload = bench_point(point, problem, reference, ceilings, mode=mode, rep_ms=rep_ms, repeats=repeats,
-                              proxy_for=proxy_for)
+                              proxy_for=proxy_for, plan=plan)
         if proxy_for:
             payload["proxy_for"] = proxy_for
         if counters and payload["status"] == "ok":
@@ -277,7 +284,8 @@ def format_table(results: list[dict]) -> str:
     rows = []
     for r in results:
         lengths = ",".join(map(str, r["prefix_lens"])) if r.get("prefix_lens") else r["prefix_len"]
-        rows.append((r["variant"], _short_config(r.get("resolved_config") or {}), lengths, r["tree_nodes"], r["heads"],
+        config = _short_config(r.get("resolved_config") or {}) + (" plan-once" if r.get("plan") == "once" else "")
+        rows.append((r["variant"], config, lengths, r["tree_nodes"], r["heads"],
                      r["page_size"],
                      f"{r['median_ms']:.4f}" if "median_ms" in r else r["status"],
                      f"{r['iqr_ms']:.4f}" if "iqr_ms" in r else "-",

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from verify_kernels import reference_attention, verify_attention
+from verify_kernels import plan_once, reference_attention, verify_attention
 from verify_kernels import trees
 
 from harness.decode.kv_pool import PagedKVCache
@@ -94,6 +94,11 @@ class TargetRunner:
                                 validate=False, out=out)
 
     def _forward(self, bucket: _Bucket) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One forward over the bucket's tree: its layers' verify calls share one plan (``plan_once``)."""
+        with plan_once():
+            return self._forward_layers(bucket)
+
+    def _forward_layers(self, bucket: _Bucket) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         cache = self.cache
         base = cache.prefix_lens[0].to(torch.int64)
         slots = cache.slots(base + bucket.offsets)
@@ -200,7 +205,8 @@ class TargetRunner:
                 for _ in range(config.layers)]
 
         def all_layers():
-            for layer in range(config.layers):
-                self.attend(q, layer, bucket.mask, out=outs[layer])
+            with plan_once():  # one plan for the forward's layers, as _forward makes
+                for layer in range(config.layers):
+                    self.attend(q, layer, bucket.mask, out=outs[layer])
 
         return time_graph(all_layers, calls_per_graph=1, replays=5, read_state=False).median_ms

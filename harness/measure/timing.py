@@ -16,6 +16,7 @@ tested on the CPU with a fake one.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import subprocess
 from dataclasses import dataclass, field
@@ -112,12 +113,15 @@ def time_events(fn: Callable[[], object], *, warmup_ms: float = 25.0, rep_ms: fl
 
 
 def time_graph(fn: Callable[[], object], *, calls_per_graph: int = 20, replays: int = 30,
-               flush: bool = True, read_state: bool = True, budget_ms: float | None = None) -> Timing:
+               flush: bool = True, read_state: bool = True, budget_ms: float | None = None,
+               capture_scope: Callable[[], contextlib.AbstractContextManager] | None = None) -> Timing:
     """Per-call time from CUDA-graph replays of (flush, fn) x calls_per_graph, minus flushes alone.
 
     ``fn`` must be capturable: no host sync (pass preallocated outputs where it can).
     ``budget_ms``: cap the timed calls near this much GPU time for slow calls, from one call timed
     after warm-up: calls_per_graph and replays shrink (to at least 2 and 5), never grow.
+    ``capture_scope``: a context each capture's calls run in (verify_kernels.plan_once: one plan a graph,
+    as a decode step plans once for its layers).
     """
     clock = CudaClock()
     state_before = gpu_state() if read_state else None
@@ -140,7 +144,7 @@ def time_graph(fn: Callable[[], object], *, calls_per_graph: int = 20, replays: 
 
     def capture(body) -> torch.cuda.CUDAGraph:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph), (capture_scope or contextlib.nullcontext)():
             for _ in range(calls_per_graph):
                 body()
         return graph

@@ -44,6 +44,7 @@ FIXTURES = {
     "sweep-range.yaml": "tree: [0, 16]\n",
     "sweep-type.yaml": "prefix: hello\n",
     "sweep-choice.yaml": "mode: fast\n",
+    "sweep-plan.yaml": "plan: twice\n",
 }
 
 # (argv, what the one line must name)
@@ -98,6 +99,8 @@ CASES = [
     (("bench", "--sweep", "sweep-range.yaml"), "tree"),
     (("bench", "--sweep", "sweep-type.yaml"), "prefix"),
     (("bench", "--sweep", "sweep-choice.yaml"), "mode"),
+    (("bench", "--sweep", "sweep-plan.yaml"), "plan"),
+    (("bench", "--plan", "twice"), "--plan"),
     (("bench", "--sweep", "missing.yaml"), "--sweep"),
     # unknown names
     (("bench", "--variants", "no_such_variant"), "no_such_variant"),
