@@ -11,7 +11,8 @@ at the source ``before.json`` was made at (the digest names each variant's kerne
 the same ``--tuned`` tables, so that it holds their configs) and every kernel of the record's config
 compiles to the same PTX now as in it, and notes where the stamp came from after any earlier note (the
 chain back to the measured hash stays readable). Host-side launch code is not compared: use it only
-after a change that leaves the launches alone (say so in the commit).
+after a change that leaves the launches alone (say so in the commit), or name what changed in them with
+``--note`` (it joins the records' note: e.g. a shared launch that every config's time includes alike).
 
 For each variant with an offline compile path, its default config, its CHECK_CONFIGS and every
 config of a tuned table (``--tuned``) are compiled for sm_90 (and sm_120 where the variant
@@ -80,6 +81,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tuned", type=Path, nargs="*", default=[], help="tuned winner tables (YAML)")
     parser.add_argument("--restamp", type=Path, help="a digest JSON made at the tuned records' source")
+    parser.add_argument("--note", default="", help="with --restamp: what changed outside the compared PTX (the "
+                                                   "records' note says it)")
     parser.add_argument("--arches", nargs="+", default=["sm_90", "sm_120"],
                         help="archs to compile for (those of the digest compared against)")
     parser.add_argument("--variants", nargs="+", help="only these variants (default: every variant)")
@@ -111,7 +114,7 @@ def main() -> None:
                 for spec in module.kernel_specs(config):
                     digests[f"{name}|{arch}|{key}|{spec.name}"] = normalized_digest(triton_ptx(spec, arch))
     if args.restamp:
-        restamp(args.tuned, json.loads(args.restamp.read_text()), digests, args.restamp)
+        restamp(args.tuned, json.loads(args.restamp.read_text()), digests, args.restamp, args.note)
     else:
         print(json.dumps(digests, indent=1, sort_keys=True))
 
@@ -119,7 +122,7 @@ def main() -> None:
 SOURCE_KEY = "kernel_source_hash"  # digest entries "kernel_source_hash|<variant>": the source it was made at
 
 
-def restamp(tables: list[Path], before: dict, after: dict, before_path: Path) -> None:
+def restamp(tables: list[Path], before: dict, after: dict, before_path: Path, note: str = "") -> None:
     import yaml
 
     from harness.static.space import kernel_source_hash
@@ -146,7 +149,7 @@ def restamp(tables: list[Path], before: dict, after: dict, before_path: Path) ->
             earlier = record.get("restamped", {})
             measured_at = earlier.get("from_kernel_source_hash", record["kernel_source_hash"])
             why = (f"identical PTX for {len(mine)} kernel/arch pairs of this config "
-                   f"(scripts/kernel_ptx_digest.py against {before_path.name})")
+                   f"(scripts/kernel_ptx_digest.py against {before_path.name})" + (f"; {note}" if note else ""))
             record["restamped"] = {"from_kernel_source_hash": measured_at,  # the hash it was measured at
                                    "why": restamp_note(earlier.get("why"), why)}
             record["kernel_source_hash"] = current

@@ -14,7 +14,8 @@ Contenders, each a monkeypatch of the registered code for this process only:
 - ``flash_mla``: the peer.
 
 Usage (GPU host, repository root):
-    . scripts/gpu_env.sh; . scripts/gpu_peers_env.sh; python3 scripts/short_tree_timeline.py --out $OUT/timeline.json
+    . scripts/gpu_env.sh; . scripts/gpu_peers_env.sh
+    python3 scripts/short_tree_timeline.py --out results/bench/short-tree-timeline-<gpu>.jsonl
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 from tabulate import tabulate
 
 from harness.bench.peers import PEERS
+from harness.measure.records import append_records, make_record
 from harness.measure.timing import time_graph
 from verify_kernels import plan_once, split_combine
 from verify_kernels.api import verify_attention
@@ -64,7 +66,9 @@ CONTENDERS = {"one-row combine": {"one_row": True}, "ours": {}, "ours, plan once
 
 
 def kernel_profile(call, scope, calls: int = 10) -> dict:
-    """Per call: each kernel's mean device time (us), the span of the call's kernels and their idle time."""
+    """Per call: each kernel's mean device time (us; a programmatic launch's counts from its early start), the
+    span of the call's kernels, and its tail: from the end of the attention kernel (the longest kernel not
+    named combine) to the end of the call's last kernel."""
     flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), scope():
@@ -82,7 +86,7 @@ def kernel_profile(call, scope, calls: int = 10) -> dict:
         events = [e for e in json.load(open(trace.name))["traceEvents"]
                   if e.get("cat") == "kernel" and e.get("ph") == "X"]
     events.sort(key=lambda e: e["ts"])
-    per_kernel, spans, idle = defaultdict(list), [], []
+    per_kernel, spans, tails = defaultdict(list), [], []
     group: list = []
 
     def close(group):
@@ -91,13 +95,8 @@ def kernel_profile(call, scope, calls: int = 10) -> dict:
         begin = group[0]["ts"]
         end = max(e["ts"] + e["dur"] for e in group)
         spans.append(end - begin)
-        busy, cursor = 0.0, begin
-        for e in group:
-            start, stop = max(e["ts"], cursor), e["ts"] + e["dur"]
-            if stop > start:
-                busy += stop - start
-                cursor = stop
-        idle.append(end - begin - busy)
+        main = max((e for e in group if "combine" not in e["name"]), key=lambda e: e["dur"])
+        tails.append(end - main["ts"] - main["dur"])
 
     for event in events:  # a flush (a fill kernel) opens each call's group
         name = event["name"]
@@ -111,16 +110,16 @@ def kernel_profile(call, scope, calls: int = 10) -> dict:
     return {"kernels_us": {name: statistics.mean(durs) for name, durs in per_kernel.items()},
             "launches_per_call": {name: len(durs) / max(1, len(spans)) for name, durs in per_kernel.items()},
             "span_us": statistics.median(spans) if spans else None,
-            "idle_us": statistics.median(idle) if idle else None}
+            "tail_us": statistics.median(tails) if tails else None}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True, help="JSONL records (appended)")
     parser.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in SHAPES))
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
-    records, rows = [], []
+    rows = []
     for prefix, nodes, heads in shapes:
         problem = make_problem(prefix, nodes, heads, page_size=64, tree="chain", device="cuda", seed=1)
         out = torch.empty(1, nodes, heads, 512, dtype=problem.q.dtype, device="cuda")
@@ -150,16 +149,14 @@ def main() -> None:
                 timing = time_graph(call, read_state=False, capture_scope=context.scope)
                 profile = kernel_profile(call, context.scope)
             record = {"shape": [prefix, nodes, heads], "contender": name, "median_us": timing.median_ms * 1e3,
-                      "iqr_us": timing.iqr_ms * 1e3, "max_abs_diff_vs_ours": error, **profile}
-            records.append(record)
-            with open(args.out, "w") as handle:
-                json.dump(records, handle, indent=1)
+                      "iqr_us": timing.iqr_ms * 1e3, "max_abs_diff_vs_first": error, **profile}
+            append_records(args.out, [make_record("timeline", record)])
             kernels = ", ".join(f"{k.split('_kernel')[0][-28:]} {v:.1f}" for k, v in profile["kernels_us"].items())
             rows.append([f"{prefix}/{nodes}/{heads}", name, f"{record['median_us']:.1f}", f"{record['iqr_us']:.1f}",
-                         f"{profile['span_us'] or 0:.1f}", f"{profile['idle_us'] or 0:.1f}", kernels,
+                         f"{profile['span_us'] or 0:.1f}", f"{profile['tail_us'] or 0:.1f}", kernels,
                          f"{error:.1e}"])
             print(tabulate(rows[-1:], tablefmt="plain"), flush=True)
-    print(tabulate(rows, headers=["shape", "contender", "us", "iqr", "span us", "idle us", "kernels (us)",
+    print(tabulate(rows, headers=["shape", "contender", "us", "iqr", "span us", "tail us", "kernels (us)",
                                   "diff"]))
 
 
