@@ -34,7 +34,7 @@ from tabulate import tabulate
 from harness.bench.peers import PEERS
 from harness.measure.records import append_records, make_record
 from harness.measure.timing import time_graph
-from verify_kernels import plan_once, split_combine
+from verify_kernels import plan_once, split_combine, variants
 from verify_kernels.api import verify_attention
 from verify_kernels.problem import make_problem
 
@@ -117,14 +117,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="JSONL records (appended)")
     parser.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in SHAPES))
+    parser.add_argument("--variant", default="gluon_wgmma_ws", help="the planned variant timed")
+    parser.add_argument("--proxy-for", help="run the variant with this arch's defaults (sm_120: the proxy); the peer "
+                                            "is left out")
     args = parser.parse_args()
+    config = (variants.defaults_for(variants.load_variant(args.variant), args.proxy_for) if args.proxy_for
+              else None)
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
     rows = []
     for prefix, nodes, heads in shapes:
         problem = make_problem(prefix, nodes, heads, page_size=64, tree="chain", device="cuda", seed=1)
         out = torch.empty(1, nodes, heads, 512, dtype=problem.q.dtype, device="cuda")
         reference = None
-        for name in (*CONTENDERS, "flash_mla"):
+        for name in (*CONTENDERS, *(() if args.proxy_for else ("flash_mla",))):
             if name == "flash_mla":
                 try:
                     peer = PEERS["flash_mla"](problem)
@@ -137,8 +142,8 @@ def main() -> None:
 
                 def call():
                     verify_attention(problem.q, problem.kv_cache, problem.block_table, problem.prefix_lens,
-                                     problem.tree_mask, sm_scale=problem.sm_scale, variant="gluon_wgmma_ws",
-                                     out=out, validate=False)
+                                     problem.tree_mask, sm_scale=problem.sm_scale, variant=args.variant,
+                                     config=config, out=out, validate=False)
             with context:
                 result = call()
                 result = out if result is None else result
@@ -148,7 +153,9 @@ def main() -> None:
                 error = (result.float() - reference).abs().max().item()
                 timing = time_graph(call, read_state=False, capture_scope=context.scope)
                 profile = kernel_profile(call, context.scope)
-            record = {"shape": [prefix, nodes, heads], "contender": name, "median_us": timing.median_ms * 1e3,
+            record = {"shape": [prefix, nodes, heads], "variant": args.variant if name in CONTENDERS else name,
+                      "proxy_for": args.proxy_for, "config": config, "contender": name,
+                      "median_us": timing.median_ms * 1e3,
                       "iqr_us": timing.iqr_ms * 1e3, "max_abs_diff_vs_first": error, **profile}
             append_records(args.out, [make_record("timeline", record)])
             kernels = ", ".join(f"{k.split('_kernel')[0][-28:]} {v:.1f}" for k, v in profile["kernels_us"].items())
