@@ -33,6 +33,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+@pytest.fixture
+def plan_launches(monkeypatch):
+    """Every plan tensor the planner launched its kernel for (a plan shared by ``plan_once`` launches none)."""
+    from verify_kernels import planner
+
+    made = []
+    launch = planner._plan_kernel
+
+    class Counting:
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                made.append(args[1])
+                return launch[grid](*args, **kwargs)
+            return run
+
+    monkeypatch.setattr(planner, "_plan_kernel", Counting())
+    return made
+
+
 def capture_graph(call) -> "torch.cuda.CUDAGraph":
     """``call`` run once on a side stream (warm-up: compiles, allocates), then captured in a graph."""
     stream = torch.cuda.Stream()

@@ -22,14 +22,15 @@ import torch
 _SCOPE: contextvars.ContextVar[tuple[bool, dict] | None] = contextvars.ContextVar("verify_plan_scope", default=None)
 
 
-def _capturing(device: torch.device) -> bool:
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+def _capturing() -> bool:
+    """Whether the current CUDA stream is being captured into a graph (False without CUDA)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 @contextlib.contextmanager
 def plan_once():
     """Share one plan between the verify calls of the block that have the same lengths (module docstring)."""
-    token = _SCOPE.set((torch.cuda.is_available() and torch.cuda.is_current_stream_capturing(), {}))
+    token = _SCOPE.set((_capturing(), {}))
     try:
         yield
     finally:
@@ -44,7 +45,7 @@ def shared_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds) -> torch.Ten
     """The plan a call of the current block made for these lengths, T and bounds; None outside a block, where
     the capture state differs from the block's start, or where none was made (or the lengths changed)."""
     scope = _SCOPE.get()
-    if scope is None or scope[0] != _capturing(prefix_lens.device):
+    if scope is None or scope[0] != _capturing():
         return None
     kept = scope[1].get(_key(prefix_lens, tree_nodes, bounds))
     return kept[1] if kept is not None and kept[0] is prefix_lens else None
@@ -53,5 +54,5 @@ def shared_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds) -> torch.Ten
 def keep_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds, plan: torch.Tensor) -> None:
     """Keep ``plan`` for the rest of the block (nothing outside a block or in another capture state)."""
     scope = _SCOPE.get()
-    if scope is not None and scope[0] == _capturing(prefix_lens.device):
+    if scope is not None and scope[0] == _capturing():
         scope[1][_key(prefix_lens, tree_nodes, bounds)] = (prefix_lens, plan)

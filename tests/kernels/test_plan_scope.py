@@ -6,7 +6,7 @@ the oracle at the lengths it ran with."""
 import pytest
 import torch
 
-from verify_kernels import make_problem, plan_once, planner, reference_attention, variants, verify_attention
+from verify_kernels import make_problem, plan_once, reference_attention, variants, verify_attention
 
 from conftest import DEVICE, HAS_CUDA, capture_graph
 
@@ -26,38 +26,21 @@ def _error(out, arguments, problem) -> float:
     return float((out.double() - expected.double()).norm() / expected.double().norm())
 
 
-@pytest.fixture
-def plans(monkeypatch):
-    """Every plan tensor make_plan launched a kernel for (a shared plan launches none)."""
-    made = []
-    launch = planner._plan_kernel
-
-    class Counting:
-        def __getitem__(self, grid):
-            def run(*args, **kwargs):
-                made.append(args[1])
-                return launch[grid](*args, **kwargs)
-            return run
-
-    monkeypatch.setattr(planner, "_plan_kernel", Counting())
-    return made
-
-
-def test_calls_of_a_block_with_the_same_lengths_share_one_plan(plans):
+def test_calls_of_a_block_with_the_same_lengths_share_one_plan(plan_launches):
     problem, arguments = _problem()
     q = arguments[0]
     other_q = torch.randn_like(q)
     with plan_once():
         first = verify_attention(*arguments, **problem.kwargs(), variant=VARIANT, config=CONFIG)
         second = verify_attention(other_q, *arguments[1:], **problem.kwargs(), variant=VARIANT, config=CONFIG)
-    assert len(plans) == 1
+    assert len(plan_launches) == 1
     assert _error(first, arguments, problem) < 1e-2
     assert _error(second, (other_q, *arguments[1:]), problem) < 1e-2
     verify_attention(*arguments, **problem.kwargs(), variant=VARIANT, config=CONFIG)
-    assert len(plans) == 2, "outside a block every call plans"
+    assert len(plan_launches) == 2, "outside a block every call plans"
 
 
-def test_new_lengths_or_another_tensor_plan_again(plans):
+def test_new_lengths_or_another_tensor_plan_again(plan_launches):
     problem, arguments = _problem()
     q, kv, table, lens, mask = arguments
     capacity = table.shape[1] * kv.shape[1] - q.shape[1]
@@ -65,10 +48,10 @@ def test_new_lengths_or_another_tensor_plan_again(plans):
         verify_attention(*arguments, **problem.kwargs(), variant=VARIANT, config=CONFIG)
         lens.copy_(torch.tensor([capacity, 0, 5], dtype=torch.int32))  # in place: torch sees it
         out = verify_attention(*arguments, **problem.kwargs(), variant=VARIANT, config=CONFIG)
-        assert len(plans) == 2 and _error(out, arguments, problem) < 1e-2
+        assert len(plan_launches) == 2 and _error(out, arguments, problem) < 1e-2
         same_values = lens.clone()  # another tensor: its own plan, even with equal values
         verify_attention(q, kv, table, same_values, mask, **problem.kwargs(), variant=VARIANT, config=CONFIG)
-        assert len(plans) == 3
+        assert len(plan_launches) == 3
 
 
 @pytest.mark.parametrize("variant", ["gluon_wgmma_ws", "cuda_ws", "cuda_qreg", "triton_splitkv"])
