@@ -23,7 +23,10 @@ Three rules fill it:
   (never under MIN_CHUNK_TOKENS: a split costs a partial output and a combine read) whose units
   all fit in ``waves`` waves of ``ctas_per_sm`` CTAs on every SM (a binary search over the chunk on
   the device). A long request gets many splits and a short one few, so a ragged batch keeps every
-  SM busy until the end, and no partial last wave doubles the time;
+  SM busy until the end, and no partial last wave doubles the time. Every request needs a unit, so a
+  batch of about as many requests as the target leaves a long one few units (as many requests: one,
+  its whole length in one CTA); the chunk whose units fit one per request but the first and a wave
+  more (``crowded_units``) is taken instead where its waves x chunk, the time of equal units, is shorter;
 - spans (``kv_splits`` = 0, ``waves`` = 0; FlashMLA's schedule): one wave of ``spans`` CTAs per row
   block, CTA c owning tiles [c * span, (c + 1) * span) of the batch's tiles laid end to end, so its
   range may cross request boundaries and every CTA gets the same work however ragged the batch.
@@ -72,6 +75,7 @@ class PlanBounds:
     fixed_splits: int    # 0: balanced rule; N: N splits per request
     target_units: int    # balanced: the most units the plan may have, ``waves`` waves of them (0 with fixed splits)
     wave_units: int      # balanced: the units of one wave (0 with fixed splits)
+    crowded_units: int   # balanced: the most units a batch of many requests may have, B - 1 + a wave (0: as target)
     fixed_chunk: int     # fixed: positions per split (0 with the balanced rule)
     min_chunk: int       # balanced: the smallest chunk (positions)
     block_n: int
@@ -98,19 +102,21 @@ def plan_bounds(*, batch: int, row_blocks: int, capacity: int, block_n: int, sms
     check_segment_cost(segment_cost, kv_splits, waves)
     if kv_splits:
         chunk = triton.cdiv(triton.cdiv(capacity, kv_splits), block_n) * block_n
-        return PlanBounds(batch * kv_splits, kv_splits, kv_splits, 0, 0, chunk, 0, block_n)
+        return PlanBounds(batch * kv_splits, kv_splits, kv_splits, 0, 0, 0, chunk, 0, block_n)
     wave = max(1, ctas_per_sm * sms // row_blocks)
     min_chunk = triton.cdiv(max(min_chunk_tokens, block_n), block_n) * block_n
     if waves == SPANS:
         gap = triton.cdiv(segment_cost, block_n)
         per_request = min(wave, triton.cdiv(capacity + gap * block_n, min_chunk) + 1)
-        return PlanBounds(wave + batch - 1, per_request, 0, 0, wave, 0, min_chunk, block_n, spans=wave, gap_tiles=gap)
+        return PlanBounds(wave + batch - 1, per_request, 0, 0, wave, 0, 0, min_chunk, block_n, spans=wave,
+                          gap_tiles=gap)
     target = wave * waves
-    # At most the target (one wave), or one unit per request when there are more requests; and no
-    # request has more splits than its capacity holds chunks.
+    crowded = batch - 1 + wave if batch - 1 + wave > target else 0
+    # At most the target, or a unit per request but the first and a wave more when the plan takes that; and no
+    # request has more splits than its capacity holds chunks (at most the target: a wave or more).
     per_request = max(1, min(target, triton.cdiv(capacity, min_chunk)))
-    return PlanBounds(max(batch, min(target, batch * per_request)), per_request, 0, target, wave, 0, min_chunk,
-                      block_n)
+    return PlanBounds(max(batch, min(max(target, crowded), batch * per_request)), per_request, 0, target, wave,
+                      crowded, 0, min_chunk, block_n)
 
 
 def walks_spans(config: dict) -> bool:
@@ -171,7 +177,14 @@ def _smallest_chunk(tiles, valid, total, units_allowed, min_tiles):
 
 
 @triton.jit
-def _plan_kernel(PrefixLens, Plan, B, T, target_units, wave_units, fixed_chunk, min_chunk, gap_tiles,
+def _units_time(tiles, valid, chunk_tiles, wave_units):
+    """Waves x chunk: the time (in tiles) of a plan's units were they all a chunk long."""
+    units = tl.sum(tl.where(valid, (tiles + chunk_tiles - 1) // chunk_tiles, 0), 0)
+    return (units + wave_units - 1) // wave_units * chunk_tiles
+
+
+@triton.jit
+def _plan_kernel(PrefixLens, Plan, B, T, target_units, wave_units, crowded_units, fixed_chunk, min_chunk, gap_tiles,
                  FIXED_SPLITS: tl.constexpr, SPANS: tl.constexpr, BLOCK_N: tl.constexpr, B_POW2: tl.constexpr,
                  BALANCE: tl.constexpr, LAUNCH_DEPENDENTS: tl.constexpr):
     """One program: every request's split count, their exclusive prefix sum, the chunk and the
@@ -204,6 +217,11 @@ def _plan_kernel(PrefixLens, Plan, B, T, target_units, wave_units, fixed_chunk, 
         else:
             one_wave = _smallest_chunk(tiles, valid, total, wave_units, min_chunk // BLOCK_N)
             several = _smallest_chunk(tiles, valid, total, target_units, min_chunk // BLOCK_N)
+            if crowded_units > 0:  # many requests: a wave more for the long ones where that is faster
+                crowded = _smallest_chunk(tiles, valid, total, crowded_units, min_chunk // BLOCK_N)
+                faster = (_units_time(tiles, valid, crowded, wave_units)
+                          < _units_time(tiles, valid, several, wave_units))
+                several = tl.where(faster, crowded, several)
             balanced = total.to(tl.float32) >= BALANCE * (one_wave * wave_units).to(tl.float32)
             chunk_tiles = tl.where(balanced, one_wave, several)
             chunk = chunk_tiles * BLOCK_N
@@ -235,9 +253,10 @@ def make_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds: PlanBounds, *,
     batch = prefix_lens.shape[0]
     plan = torch.empty(2 * batch + 4, dtype=torch.int32, device=prefix_lens.device)
     _plan_kernel[(1,)](prefix_lens, plan, batch, tree_nodes, bounds.target_units, bounds.wave_units,
-                       bounds.fixed_chunk, bounds.min_chunk, bounds.gap_tiles, FIXED_SPLITS=bounds.fixed_splits,
-                       SPANS=bool(bounds.spans), BLOCK_N=bounds.block_n, B_POW2=triton.next_power_of_2(batch),
-                       BALANCE=ONE_WAVE_BALANCE, LAUNCH_DEPENDENTS=launch_dependents, num_warps=1)
+                       bounds.crowded_units, bounds.fixed_chunk, bounds.min_chunk, bounds.gap_tiles,
+                       FIXED_SPLITS=bounds.fixed_splits, SPANS=bool(bounds.spans), BLOCK_N=bounds.block_n,
+                       B_POW2=triton.next_power_of_2(batch), BALANCE=ONE_WAVE_BALANCE,
+                       LAUNCH_DEPENDENTS=launch_dependents, num_warps=1)
     keep_plan(prefix_lens, tree_nodes, bounds, plan)
     return plan
 
@@ -282,9 +301,16 @@ def reference_plan(prefix_lens: list[int], tree_nodes: int, bounds: PlanBounds) 
                     low = middle + 1
             return high
 
+        def units_time(chunk_tiles: int) -> int:
+            return -(-sum(-(-t // chunk_tiles) for t in tiles) // bounds.wave_units) * chunk_tiles
+
         one_wave = smallest_chunk(bounds.wave_units)
         balanced = sum(tiles) >= ONE_WAVE_BALANCE * one_wave * bounds.wave_units
-        chunk_tiles = one_wave if balanced else smallest_chunk(bounds.target_units)
+        several = smallest_chunk(bounds.target_units)
+        if bounds.crowded_units:
+            crowded = smallest_chunk(bounds.crowded_units)
+            several = crowded if units_time(crowded) < units_time(several) else several
+        chunk_tiles = one_wave if balanced else several
         chunk = chunk_tiles * bounds.block_n
         splits = [-(-t // chunk_tiles) for t in tiles]
     starts = [0]

@@ -75,6 +75,37 @@ def test_a_ragged_batch_is_cut_into_near_equal_units():
     assert chunk <= 2 * total / bounds.target_units + block_n  # no unit holds much more than its share
 
 
+@pytest.mark.parametrize("waves", [1, 2])
+def test_a_long_request_among_many_short_ones_is_not_left_in_one_unit(waves):
+    """Sixteen requests, one of 262144 positions, on 11 units a wave (sm_120's 188 SMs, 16 row blocks): with
+    as many requests as the target each would get one unit and the long one take the whole call in one CTA.
+    The plan allows a unit per request but the first and a wave more, so the long request is cut into about a
+    wave's units; on the device as in Python."""
+    lengths, tree_nodes, block_n = [262_144] + [2048] * 15, 128, 16
+    bounds = planner.plan_bounds(batch=len(lengths), row_blocks=16, capacity=262_400, block_n=block_n, sms=188,
+                                 kv_splits=0, ctas_per_sm=1, waves=waves)
+    assert bounds.wave_units == 11 and bounds.crowded_units == 15 + 11 and bounds.max_units >= 26
+    starts, chunk = planner.reference_plan(lengths, tree_nodes, bounds)
+    long_units = starts[1] - starts[0]
+    assert 8 <= long_units <= 11 and starts[-1] <= bounds.crowded_units, starts
+    assert chunk <= (262_144 + tree_nodes) / 8 + block_n
+    plan = planner.make_plan(torch.tensor(lengths, dtype=torch.int32, device=DEVICE), tree_nodes, bounds)
+    assert plan.tolist()[:len(lengths) + 2] == [*starts, chunk]
+
+
+def test_equal_requests_keep_their_units_in_one_wave():
+    """Eight equal requests on 23 units a wave: two units each fill one wave; the crowded allowance (30
+    units) would cut them into three each, 24 units, a second wave for one of them: the plan keeps two."""
+    lengths, tree_nodes, block_n = [65_536] * 8, 64, 16
+    bounds = planner.plan_bounds(batch=len(lengths), row_blocks=8, capacity=65_700, block_n=block_n, sms=188,
+                                 kv_splits=0, ctas_per_sm=1, waves=1)
+    assert bounds.crowded_units == 7 + 23
+    starts, chunk = planner.reference_plan(lengths, tree_nodes, bounds)
+    assert [b - a for a, b in zip(starts, starts[1:])] == [2] * 8
+    plan = planner.make_plan(torch.tensor(lengths, dtype=torch.int32, device=DEVICE), tree_nodes, bounds)
+    assert plan.tolist()[:len(lengths) + 2] == [*starts, chunk]
+
+
 def test_spans_give_every_cta_of_a_ragged_batch_the_same_work():
     """FlashMLA's schedule: the batch's tiles in equal spans, one per CTA, crossing requests; a CTA
     that takes the end of one request and the start of the next writes a unit for each."""
