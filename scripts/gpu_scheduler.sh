@@ -41,6 +41,12 @@
 #   combine-bench  gluon_wgmma_ws beside FlashMLA on the short trees and the five ragged batches, every call planning
 #             (--plan call) and then one plan a graph (--plan once)
 #                                                  -> results/bench/combine-plan-{call,once}-at-<commit>-<gpu>.jsonl
+#   crowded   the units rule's crowded allowance (a long request among many short ones): cuda_qreg as sm_120's proxy
+#             at waves 1 and 2 and its spans default, on the batches whose plan it changes, no peers; first at OLD (a
+#             tree of an earlier commit, OLD_COMMIT its hash) where given, then here
+#                                                  -> results/bench/crowded-<commit>-<gpu>.jsonl (one file per tree)
+#   timeline-proxy  the short trees' kernel timeline of cuda_qreg as sm_120's proxy (scripts/short_tree_timeline.py)
+#                                                  -> results/bench/short-tree-timeline-proxy-sm_120-at-<commit>-<gpu>.*
 # (<commit>: VK_GIT_COMMIT's first 7 characters: each kernel's records apart, and --resume never skips a point
 # because an earlier kernel measured it.)
 # Installs the peers that travelled in .peers/ (scripts/gpu_peers_env.sh).
@@ -184,6 +190,25 @@ for item in "$@"; do
         bench --prefix 185000 --tree 64 --heads 8 --plan $plan
         ragged_batches --plan $plan
       done; pack ;;
+    crowded)
+      crowded_bench() {  # [vk bench flags...]: the three batches whose units plan the crowded allowance changes
+        local config='--config {"waves":1} --config {"waves":2} --config {"waves":0,"segment_cost":320}'
+        for shape in "--ragged $RAGGED_SIXTEEN --tree 128 --heads 8" "--ragged $RAGGED_SIX --tree 16 --heads 64" \
+                     "--ragged 50000$(printf ',3000%.0s' $(seq 11)) --tree 64 --heads 8"; do
+          bench_chain "$(( $(left) / 2 ))" "$records" --variants cuda_qreg $config --proxy-for sm_120 $shape "$@"
+        done
+        tail -n 4 "${records%.jsonl}.txt"
+      }
+      if [ -n "${OLD:-}" ]; then
+        records="$PWD/results/bench/crowded-at-$(echo "$OLD_COMMIT" | cut -c1-7)-$sku.jsonl"
+        (export PYTHONPATH="${PYTHONPATH/$PWD/$OLD}" VK_GIT_COMMIT=$OLD_COMMIT; cd "$OLD" && crowded_bench)
+      fi
+      records="results/bench/crowded-$at-$sku.jsonl"; crowded_bench; pack ;;
+    timeline-proxy)
+      out="results/bench/short-tree-timeline-proxy-sm_120-$at-$sku.jsonl"
+      timeout -s INT -k 15 "$(left)" python3 scripts/short_tree_timeline.py --variant cuda_qreg --proxy-for sm_120 \
+        --out "$out" --shapes "131072,16,8;32768,16,8;4096,64,8" > "${out%.jsonl}.txt" 2>&1
+      tail -n 30 "${out%.jsonl}.txt"; pack ;;
     report) python3 -m harness report "$records" --peers --title "The planner beside the peers ($sku)" \
               --out "results/report/scheduler-$sku" > /dev/null 2>&1; pack
             sed -n '/## Ours against the peers/,/## The portable race/p' "results/report/scheduler-$sku.md" | head -n 40 ;;
