@@ -45,6 +45,8 @@
 #             at waves 1 and 2 and its spans default, on the batches whose plan it changes, no peers; first at OLD (a
 #             tree of an earlier commit, OLD_COMMIT its hash) where given, then here
 #                                                  -> results/bench/crowded-<commit>-<gpu>.jsonl (one file per tree)
+#   timeline  the short trees' kernel timeline of gluon_wgmma_ws beside FlashMLA, with the bf16-partials experiment
+#                                                  -> results/bench/short-tree-timeline-at-<commit>-<gpu>.*
 #   timeline-proxy  the short trees' kernel timeline of cuda_qreg as sm_120's proxy (scripts/short_tree_timeline.py)
 #                                                  -> results/bench/short-tree-timeline-proxy-sm_120-at-<commit>-<gpu>.*
 # (<commit>: VK_GIT_COMMIT's first 7 characters: each kernel's records apart, and --resume never skips a point
@@ -204,11 +206,12 @@ for item in "$@"; do
         (export PYTHONPATH="${PYTHONPATH/$PWD/$OLD}" VK_GIT_COMMIT=$OLD_COMMIT; cd "$OLD" && crowded_bench)
       fi
       records="results/bench/crowded-$at-$sku.jsonl"; crowded_bench; pack ;;
-    timeline-proxy)
-      out="results/bench/short-tree-timeline-proxy-sm_120-$at-$sku.jsonl"
-      timeout -s INT -k 15 "$(left)" python3 scripts/short_tree_timeline.py --variant cuda_qreg --proxy-for sm_120 \
-        --out "$out" --shapes "131072,16,8;32768,16,8;4096,64,8" > "${out%.jsonl}.txt" 2>&1
-      tail -n 30 "${out%.jsonl}.txt"; pack ;;
+    timeline|timeline-proxy)
+      out="results/bench/short-tree-timeline-$at-$sku.jsonl"; flags=()
+      [ $step = timeline-proxy ] && out="${out/timeline-/timeline-proxy-sm_120-}" && flags=(--variant cuda_qreg --proxy-for sm_120)
+      timeout -s INT -k 15 "$(left)" python3 scripts/short_tree_timeline.py "${flags[@]}" --out "$out" \
+        --shapes "131072,16,8;32768,16,8;4096,64,8" > "${out%.jsonl}.txt" 2>&1
+      tail -n 16 "${out%.jsonl}.txt"; pack ;;
     report) python3 -m harness report "$records" --peers --title "The planner beside the peers ($sku)" \
               --out "results/report/scheduler-$sku" > /dev/null 2>&1; pack
             sed -n '/## Ours against the peers/,/## The portable race/p' "results/report/scheduler-$sku.md" | head -n 40 ;;

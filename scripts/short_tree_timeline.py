@@ -11,6 +11,9 @@ Contenders, each a monkeypatch of the registered code for this process only:
 - ``ours``: gluon_wgmma_ws as registered (plan, kernel, combine per call);
 - ``ours, plan once``: the calls of a captured graph sharing one plan (``verify_kernels.plan_once``), as a decode
   step's layers do and as FlashMLA's harness call reuses its first call's tile scheduler (``get_mla_metadata``);
+- ``ours, plan once, bf16 partials``: the same, the partial rows stored in bf16 (half the bytes the attention kernel
+  writes and the combine reads; the LSEs stay fp32). An experiment: the library keeps fp32, as the peers do, and
+  the diff column says what bf16 costs in accuracy;
 - ``flash_mla``: the peer.
 
 Usage (GPU host, repository root):
@@ -45,24 +48,45 @@ class Patched:
     """For one contender: the combine launched one program per row (``one_row``: the launch before column
     blocks), and/or the calls sharing one plan (``plan_once``: one plan a captured graph)."""
 
-    def __init__(self, one_row: bool = False, plan_once: bool = False):
-        self.one_row, self.plan_once = one_row, plan_once
+    def __init__(self, one_row: bool = False, plan_once: bool = False, bf16_partials: bool = False,
+                 variant_module=None):
+        self.one_row, self.plan_once, self.bf16_partials = one_row, plan_once, bf16_partials
+        # the names are patched where the variant looks them up: split_combine, and the variant's module where it
+        # imported them itself
+        self.modules = [m for m in (split_combine, variant_module) if m is not None]
 
     def __enter__(self):
-        self.saved = split_combine.launch_combine
-        if self.one_row:
-            split_combine.launch_combine = functools.partial(self.saved, grid=ONE_ROW)
+        self.saved = [(m, m.__dict__.get("launch_combine"), m.__dict__.get("partial_buffers")) for m in self.modules]
+        for module, launch, buffers in self.saved:
+            if self.one_row and launch is not None:
+                module.launch_combine = functools.partial(LAUNCH_COMBINE, grid=ONE_ROW)
+            if self.bf16_partials and buffers is not None:
+                module.partial_buffers = bf16_partial_buffers
         return self
 
     def __exit__(self, *exc):
-        split_combine.launch_combine = self.saved
+        for module, launch, buffers in self.saved:
+            for name, value in (("launch_combine", launch), ("partial_buffers", buffers)):
+                if value is not None:
+                    setattr(module, name, value)
 
     def scope(self):
         return plan_once() if self.plan_once else contextlib.nullcontext()
 
 
+def bf16_partial_buffers(out: torch.Tensor, max_units: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """split_combine.partial_buffers with the partial rows in bf16 (a store into them rounds; the LSEs stay fp32)."""
+    partial_out, partial_lse = PARTIAL_BUFFERS(out, max_units)
+    return partial_out.to(torch.bfloat16), partial_lse
+
+
 ONE_ROW = split_combine.CombineGrid(1, 4, 8)
-CONTENDERS = {"one-row combine": {"one_row": True}, "ours": {}, "ours, plan once": {"plan_once": True}}
+LAUNCH_COMBINE, PARTIAL_BUFFERS = split_combine.launch_combine, split_combine.partial_buffers
+# bf16 partial rows only where the attention kernel's store converts to the buffer's type (Triton, Gluon); a CUDA
+# kernel writes float whatever the buffer holds
+BF16_PARTIAL_VARIANTS = ("gluon_wgmma_ws", "gluon_wgmma", "triton_splitkv")
+CONTENDERS = {"one-row combine": {"one_row": True}, "ours": {}, "ours, plan once": {"plan_once": True},
+              "ours, plan once, bf16 partials": {"plan_once": True, "bf16_partials": True}}
 
 
 def kernel_profile(call, scope, calls: int = 10) -> dict:
@@ -124,12 +148,15 @@ def main() -> None:
     config = (variants.defaults_for(variants.load_variant(args.variant), args.proxy_for) if args.proxy_for
               else None)
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes.split(";")]
+    variant_module = variants.load_variant(args.variant)
     rows = []
     for prefix, nodes, heads in shapes:
         problem = make_problem(prefix, nodes, heads, page_size=64, tree="chain", device="cuda", seed=1)
         out = torch.empty(1, nodes, heads, 512, dtype=problem.q.dtype, device="cuda")
         reference = None
-        for name in (*CONTENDERS, *(() if args.proxy_for else ("flash_mla",))):
+        contenders = [name for name in CONTENDERS
+                      if args.variant in BF16_PARTIAL_VARIANTS or not CONTENDERS[name].get("bf16_partials")]
+        for name in (*contenders, *(() if args.proxy_for else ("flash_mla",))):
             if name == "flash_mla":
                 try:
                     peer = PEERS["flash_mla"](problem)
@@ -138,14 +165,18 @@ def main() -> None:
                     continue
                 call, context = peer, Patched()
             else:
-                context = Patched(**CONTENDERS[name])
+                context = Patched(**CONTENDERS[name], variant_module=variant_module)
 
                 def call():
                     verify_attention(problem.q, problem.kv_cache, problem.block_table, problem.prefix_lens,
                                      problem.tree_mask, sm_scale=problem.sm_scale, variant=args.variant,
                                      config=config, out=out, validate=False)
             with context:
-                result = call()
+                try:
+                    result = call()
+                except Exception as error:  # noqa: BLE001 (an experiment that cannot run is reported, not fatal)
+                    print(f"{name}: {type(error).__name__}: {str(error)[:300]}")
+                    continue
                 result = out if result is None else result
                 torch.cuda.synchronize()
                 if reference is None:
