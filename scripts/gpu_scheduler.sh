@@ -44,7 +44,7 @@
 #   crowded   the units rule's crowded allowance (a long request among many short ones): cuda_qreg as sm_120's proxy
 #             at waves 1 and 2 and its spans default, on the batches whose plan it changes, no peers; first at OLD (a
 #             tree of an earlier commit, OLD_COMMIT its hash) where given, then here
-#                                                  -> results/bench/crowded-<commit>-<gpu>.jsonl (one file per tree)
+#                                                  -> results/bench/crowded-at-<commit>-<gpu>.jsonl (one file per tree)
 #   timeline  the short trees' kernel timeline of gluon_wgmma_ws beside FlashMLA, with the bf16-partials experiment
 #                                                  -> results/bench/short-tree-timeline-at-<commit>-<gpu>.*
 #   timeline-proxy  the short trees' kernel timeline of cuda_qreg as sm_120's proxy (scripts/short_tree_timeline.py)
