@@ -76,12 +76,14 @@ class Patched:
 
 def bf16_partial_buffers(out: torch.Tensor, max_units: int) -> tuple[torch.Tensor, torch.Tensor]:
     """split_combine.partial_buffers with the partial rows in bf16 (a store into them rounds; the LSEs stay fp32)."""
-    partial_out, partial_lse = PARTIAL_BUFFERS(out, max_units)
-    return partial_out.to(torch.bfloat16), partial_lse
+    _, tree_nodes, heads, v_dim = out.shape
+    rows = max_units * tree_nodes * heads
+    return (torch.empty(rows, v_dim, dtype=torch.bfloat16, device=out.device),
+            torch.empty(rows, dtype=torch.float32, device=out.device))
 
 
 ONE_ROW = split_combine.CombineGrid(1, 4, 8)
-LAUNCH_COMBINE, PARTIAL_BUFFERS = split_combine.launch_combine, split_combine.partial_buffers
+LAUNCH_COMBINE = split_combine.launch_combine
 # bf16 partial rows only where the attention kernel's store converts to the buffer's type (Triton, Gluon); a CUDA
 # kernel writes float whatever the buffer holds
 BF16_PARTIAL_VARIANTS = ("gluon_wgmma_ws", "gluon_wgmma", "triton_splitkv")
