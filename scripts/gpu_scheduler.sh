@@ -45,6 +45,9 @@
 #             at waves 1 and 2 and its spans default, on the batches whose plan it changes, no peers; first at OLD (a
 #             tree of an earlier commit, OLD_COMMIT its hash) where given, then here
 #                                                  -> results/bench/crowded-at-<commit>-<gpu>.jsonl (one file per tree)
+#   plan-sanitize  compute-sanitizer memcheck of the planner's plan kernel alone (the Triton `_plan_kernel`) under
+#             the planner's tests, the crowded batches among them
+#                                                  -> results/sanitizer/variants/memcheck-plan-kernel-at-<commit>-<gpu>.txt
 #   timeline  the short trees' kernel timeline of gluon_wgmma_ws beside FlashMLA, with the bf16-partials experiment
 #                                                  -> results/bench/short-tree-timeline-at-<commit>-<gpu>.*
 #   timeline-proxy  the short trees' kernel timeline of cuda_qreg as sm_120's proxy (scripts/short_tree_timeline.py)
@@ -206,6 +209,13 @@ for item in "$@"; do
         (export PYTHONPATH="${PYTHONPATH/$PWD/$OLD}" VK_GIT_COMMIT=$OLD_COMMIT; cd "$OLD" && crowded_bench)
       fi
       records="results/bench/crowded-$at-$sku.jsonl"; crowded_bench; pack ;;
+    plan-sanitize)
+      log="results/sanitizer/variants/memcheck-plan-kernel-$at-$sku.txt"; mkdir -p "$(dirname "$log")"
+      command=(compute-sanitizer --tool memcheck --kernel-name kns=_plan_kernel python3 -m pytest -q -p no:cacheprovider
+               -rap tests/kernels/test_planner.py)
+      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; echo "command: ${command[*]}"; } > "$log"
+      timeout -k 5 "$(( $(left) / 2 ))" "${command[@]}" >> "$log" 2>&1
+      echo "plan kernel memcheck: rc=$? $(grep -h 'ERROR SUMMARY' "$log" | tail -n 1) $(tail -n 1 "$log")"; pack ;;
     timeline|timeline-proxy)
       out="results/bench/short-tree-timeline-$at-$sku.jsonl"; flags=()
       [ $step = timeline-proxy ] && out="${out/timeline-/timeline-proxy-sm_120-}" && flags=(--variant cuda_qreg --proxy-for sm_120)
