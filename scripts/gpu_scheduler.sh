@@ -48,6 +48,13 @@
 #   plan-sanitize  compute-sanitizer memcheck of the planner's plan kernel alone (the Triton `_plan_kernel`) under
 #             the planner's tests, the crowded batches among them
 #                                                  -> results/sanitizer/variants/memcheck-plan-kernel-at-<commit>-<gpu>.txt
+#   sym-test  gluon_wgmma_sym (the symmetric warpgroups, issue 33): the sanitizer shapes against the oracle first (a
+#             hang or a wrong answer shows in seconds), then its oracle suite and graph replay, stopping at the first
+#             failure                              -> results/check/sym-test-at-<commit>-<gpu>{-smoke,}.log
+#   sym-sanitize  compute-sanitizer memcheck, synccheck and racecheck of gluon_wgmma_sym on the sanitizer shapes
+#                                                  -> results/sanitizer/variants/<tool>-gluon_wgmma_sym-at-<commit>-<gpu>.txt
+#   sym-bench gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA: the five ragged batches, then issue 33's single
+#             requests                             -> results/bench/sym-at-<commit>-<gpu>.jsonl
 #   timeline  the short trees' kernel timeline of gluon_wgmma_ws beside FlashMLA, with the bf16-partials experiment
 #                                                  -> results/bench/short-tree-timeline-at-<commit>-<gpu>.*
 #   timeline-proxy  the short trees' kernel timeline of cuda_qreg as sm_120's proxy (scripts/short_tree_timeline.py)
@@ -216,6 +223,25 @@ for item in "$@"; do
       { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; echo "command: ${command[*]}"; } > "$log"
       timeout -k 5 "$(( $(left) / 2 ))" "${command[@]}" >> "$log" 2>&1
       echo "plan kernel memcheck: rc=$? $(grep -h 'ERROR SUMMARY' "$log" | tail -n 1) $(tail -n 1 "$log")"; pack ;;
+    sym-test)
+      log="results/check/sym-test-$at-$sku.log"
+      { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"
+        echo "command: python3 scripts/sanitize_variants.py gluon_wgmma_sym"; } > "${log%.log}-smoke.log"
+      timeout -k 5 90 python3 -u scripts/sanitize_variants.py gluon_wgmma_sym >> "${log%.log}-smoke.log" 2>&1
+      echo "smoke: rc=$? ok=$(grep -c ' ok$' "${log%.log}-smoke.log")"; tail -n 4 "${log%.log}-smoke.log"; pack
+      pytest_log "$log" "$(left)" -x tests/kernels/test_variants.py -k gluon_wgmma_sym; pack ;;
+    sym-sanitize)
+      for tool in memcheck synccheck racecheck; do
+        sanitize_log "$tool" "results/sanitizer/variants/$tool-gluon_wgmma_sym-$at-$sku.txt" "$(( $(left) / 2 ))" \
+          gluon_wgmma_sym
+      done; pack ;;
+    sym-bench)
+      ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-$at-$sku.jsonl"
+      ragged_batches
+      bench --prefix 131072,32768 --tree 16 --heads 8
+      bench --prefix 4096,185000 --tree 64 --heads 8
+      bench --prefix 185000 --tree 256 --heads 8
+      pack ;;
     timeline|timeline-proxy)
       out="results/bench/short-tree-timeline-$at-$sku.jsonl"; flags=()
       [ $step = timeline-proxy ] && out="${out/timeline-/timeline-proxy-sm_120-}" && flags=(--variant cuda_qreg --proxy-for sm_120)

@@ -23,6 +23,7 @@ VARIANTS: dict[str, str] = {
     "cuda_qreg": "verify_kernels.cuda_qreg",
     "gluon_wgmma": "verify_kernels.gluon_wgmma",
     "gluon_wgmma_ws": "verify_kernels.gluon_wgmma_ws",
+    "gluon_wgmma_sym": "verify_kernels.gluon_wgmma_sym",
 }
 
 # variant="auto" without a table entry: the first variant that runs the shape, fastest first as measured on
