@@ -184,13 +184,12 @@ def _load_q(Q, q_lo, q_hi, request, row_block, num_rows, H, stride_qb, stride_qt
 @gluon.jit
 def _q_rope(Q, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh, DV: gl.constexpr, DR: gl.constexpr,
             operand: gl.constexpr):
-    """Q's rope columns of this block of ``request`` in registers, as the A operand of S's last wgmma."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    r = gl.minimum(row_block * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, layout)), num_rows - 1)
-    cols = DV + gl.arange(0, DR, layout=gl.SliceLayout(0, layout))
-    rope = gl.load(Q + request * stride_qb + gl.expand_dims((r // H) * stride_qt + (r % H) * stride_qh, 1)
+    """Q's rope columns of this block of ``request`` in registers, as the A operand of S's last wgmma
+    (loaded in that layout: a conversion would take 8 KB of shared memory, which the kernel has not)."""
+    r = gl.minimum(row_block * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, operand)), num_rows - 1)
+    cols = DV + gl.arange(0, DR, layout=gl.SliceLayout(0, operand))
+    return gl.load(Q + request * stride_qb + gl.expand_dims((r // H) * stride_qt + (r % H) * stride_qh, 1)
                    + gl.expand_dims(cols, 0))
-    return gl.convert_layout(rope, operand)
 
 
 @gluon.jit
