@@ -168,7 +168,7 @@ def _smallest_chunk(tiles, valid, total, units_allowed, min_tiles):
     when there are more requests)."""
     lo = tl.maximum(min_tiles, (total + units_allowed - 1) // units_allowed)
     hi = tl.maximum(lo, tl.max(tiles, 0))
-    for _ in range(32):
+    while lo < hi:  # log2(hi - lo) steps; a fixed 32 made cuda_qreg's sm_120 plan 6.9 us (spans, no search: 1.4)
         mid = (lo + hi) // 2
         fits = tl.sum(tl.where(valid, (tiles + mid - 1) // mid, 0), 0) <= units_allowed
         hi = tl.where(fits, mid, hi)
