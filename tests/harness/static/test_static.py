@@ -111,14 +111,18 @@ def test_triton_spec_specialises_like_the_launcher():
 @pytest.mark.parametrize("variant", ["gluon_wgmma", "gluon_wgmma_ws", "gluon_wgmma_sym"])
 def test_gluon_kernels_compile_for_sm90_and_are_refused_for_sm120(variant):
     """The Hopper kernels compile offline for sm_90 (both tiles: no spills, one CTA per SM within
-    227 KB of shared memory); sm_120 has no wgmma and is refused with that reason, not compiled."""
+    227 KB of shared memory); sm_120 has no wgmma and is refused with that reason, not compiled.
+    (gluon_wgmma_sym spills under a Triton other than the GPU host's: test_sass.spills_expected.)"""
+    from test_sass import spills_expected
+
     rows = vk_static("--variant", variant, "--arch", "sm_90", "sm_120",
                      "--config", '{"BLOCK_N": 64}', "--config", '{"BLOCK_N": 32}')
     sm90 = [r for r in rows if r["arch"] == "sm_90"]
     sm120 = [r for r in rows if r["arch"] == "sm_120"]
     assert len(sm90) == 2 and len(sm120) == 2, rows
     for row in sm90:
-        assert row["feasible"] and row["spill_store_bytes"] == 0 and row["blocks_per_sm"] == 1, row
+        assert row["feasible"] and row["blocks_per_sm"] == 1, row
+        assert row["spill_store_bytes"] == 0 or spills_expected(variant), row
         assert row["shared_bytes"] <= 227 * 1024, row
     assert all(not r["feasible"] and "wgmma" in r["reason"] for r in sm120), sm120
 
