@@ -290,11 +290,12 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                             _load_stage(kv_lo, kv_hi, kv_rope, ready, sb, KV, lo_desc, hi_desc, rope_desc, table,
                                         start + (j + 2) * BLOCK_N, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                 else:
+                    if has_b:  # S of the second tile while warpgroup 0 runs its softmax: it needs no max
+                        s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sb, phase, s)
                     mbarrier.wait(scale0_ready, phase)
                     m_first = row_smem[0].load(s_rows)
                     scale0 = row_smem[1].load(s_rows)
                     if has_b:
-                        s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sb, phase, s)
                         scores = _masked(s, scale_log2, start + (j + 1) * BLOCK_N, prefix_len, seq_len,
                                          mask_rows, row_valid, BLOCK_N, s_layout)
                         m_run = gl.maximum(m_first, gl.max(scores, 1))
