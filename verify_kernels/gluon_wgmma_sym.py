@@ -131,19 +131,28 @@ def _fill_stage(kv_lo, kv_hi, kv_rope, ready, stage, tile, n, KV, lo_desc, hi_de
 
 
 @gluon.jit
-def _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, stage, phase, s):
+def _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, stage, phase, s, WG: gl.constexpr):
     """S = Q K^T of the tile in ``stage`` (m64nBLOCK_N, k 576; ``s``: any tile of S's shape, overwritten),
-    columns [0, 256) first; returns once S is in registers.
+    the half that landed first first: the one the other warpgroup copied. Warpgroup WG copied its own half
+    of this stage last, right before this S (after its P V of the tile the stage held), so its wait
+    overlaps the other half's wgmma. Returns once S is in registers.
 
     Q's tiles are indexed by a zero the compiler cannot see through: with a constant address, LLVM hoists
     the 32 wgmma descriptors of Q's k-steps out of the tile loop, and those 64 registers spilled (SASS of
     the sm_90 compile: 37 descriptor reloads in the tile loops; none with the index)."""
     zero = gl.inline_asm_elementwise("mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-    mbarrier.wait(ready.index(2 * stage), phase)
-    s = warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-    mbarrier.wait(ready.index(2 * stage + 1), phase)
-    s = warpgroup_mma(q_hi.index(zero), kv_hi.index(stage).permute((1, 0)), s, is_async=True)
-    s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
+    if WG == 0:  # columns [256, 576) first, copied by warpgroup 1
+        mbarrier.wait(ready.index(2 * stage + 1), phase)
+        s = warpgroup_mma(q_hi.index(zero), kv_hi.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+        s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
+        mbarrier.wait(ready.index(2 * stage), phase)
+        s = warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, is_async=True)
+    else:  # columns [0, 256) first, copied by warpgroup 0
+        mbarrier.wait(ready.index(2 * stage), phase)
+        s = warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+        mbarrier.wait(ready.index(2 * stage + 1), phase)
+        s = warpgroup_mma(q_hi.index(zero), kv_hi.index(stage).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
     return warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
 
 
@@ -253,7 +262,7 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                 has_b = j + 1 < n
                 next_a = j + 2 < n  # (a next pair implies this one has a second tile)
                 if WG == 0:
-                    s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sa, phase, s)
+                    s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sa, phase, s, WG)
                     scores = _masked(s, scale_log2, start + j * BLOCK_N, prefix_len, seq_len, mask_rows,
                                      row_valid, BLOCK_N, s_layout)
                     m_new = gl.maximum(m_run, gl.max(scores, 1))
@@ -291,7 +300,7 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                                         start + (j + 2) * BLOCK_N, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                 else:
                     if has_b:  # S of the second tile while warpgroup 0 runs its softmax: it needs no max
-                        s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sb, phase, s)
+                        s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sb, phase, s, WG)
                     mbarrier.wait(scale0_ready, phase)
                     m_first = row_smem[0].load(s_rows)
                     scale0 = row_smem[1].load(s_rows)
