@@ -20,8 +20,9 @@ work per pair:
   S already read it (it came before the P the V read waited for), so no "free" barrier is needed.
 
 CTA: 64 query rows (row r = node * H + head) against its work of the plan (planner.py), as in
-``gluon_wgmma_ws``: a span of the batch's tiles walked segment by segment, or one unit. Shared
-memory at BLOCK_N 64 (224 KB): Q columns [0, 512) in two [64, 256] tiles, two stages of KV as
+``gluon_wgmma_ws``: a span of the batch's tiles walked segment by segment, or one unit; the CTA's pair c
+has its first tile in stage c % 2 and its second in the other. Shared memory at BLOCK_N 64 (226 KB with
+the compiler's scratch, of 227): Q columns [0, 512) in two [64, 256] tiles, two stages of KV as
 [BLOCK_N, 256] + [BLOCK_N, 256] + [BLOCK_N, 64], two P tiles [64, BLOCK_N], six row vectors. Q's rope
 columns [512, 576) stay in each warpgroup's registers (FlashMLA's ``rQ8``), which is what makes the
 second P tile fit. Barriers (mbarriers), phases counted over the CTA's pairs: ready[stage * 2 + half]
@@ -29,7 +30,8 @@ second P tile fit. Barriers (mbarriers), phases counted over the CTA's pairs: re
 max hand-offs), p0 / p1 (the P tiles), sums (the row sums of both at a segment's end).
 
 A segment with an odd tile count leaves warpgroup 1 no tile in its last pair: it folds nothing into the
-max (scale1 = 1) and neither warpgroup runs a P V on stage 1. Positions past the sequence are clamped
+max (scale1 = 1), neither warpgroup runs a P V on the pair's second stage, and that stage's barriers and
+p1 complete without a copy or a P, so that every barrier completes once a pair. Positions past the sequence are clamped
 to its last row when copied and masked to -inf in S; rows past T x H are clamped and not stored.
 Hopper only (sm_90). Launches, plan and combine are ``gluon_wgmma_ws``'s.
 """
@@ -65,7 +67,7 @@ __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRE
 
 PARTITION_WARPS = 4  # each partition is one warpgroup; the CTA has 8 warps
 COPY_THREADS = gl.constexpr(PARTITION_WARPS * 32)
-WORKER_REGISTERS = 256
+WORKER_REGISTERS = 256  # warpgroup 1's; warpgroup 0 gets the same (O's half alone is 128 a thread)
 WARPGROUP_0 = gl.constexpr(0)  # the partitions' WG argument
 WARPGROUP_1 = gl.constexpr(1)
 HALF = gl.constexpr(256)  # a warpgroup's O columns, and the width of a Q / KV latent tile
