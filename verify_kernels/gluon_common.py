@@ -61,6 +61,26 @@ def pool_rows(table, tile_start, seq_len, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.c
 
 
 @gluon.jit
+def masked_scores(s, scale_log2, tile_start, prefix_len, seq_len, mask_rows, row_valid, BLOCK_N: gl.constexpr,
+                  s_layout: gl.constexpr):
+    """An S tile in log2 units, -inf where a row may not look: past the sequence, and in the tree part
+    where the column is not the row's ancestor (``mask_rows``: each row's bitmask words). Only tiles
+    that reach the tree read the bitmask."""
+    scores = s * scale_log2
+    if tile_start + BLOCK_N > prefix_len:
+        positions = tile_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        in_sequence = positions < seq_len
+        column = positions - prefix_len
+        in_tree = (column >= 0) & in_sequence
+        word_ptrs = gl.expand_dims(mask_rows, 1) + gl.expand_dims(gl.maximum(column, 0) // 32, 0)
+        words = gl.load(word_ptrs, mask=gl.expand_dims(in_tree, 0) & gl.expand_dims(row_valid, 1), other=0)
+        is_ancestor = ((words >> gl.expand_dims(gl.maximum(column, 0) % 32, 0)) & 1) != 0
+        visible = (is_ancestor | gl.expand_dims(column < 0, 0)) & gl.expand_dims(in_sequence, 0)
+        scores = gl.where(visible, scores, float("-inf"))
+    return scores
+
+
+@gluon.jit
 def plan_unit(Plan, unit, B, B_POW2: gl.constexpr, num_warps: gl.constexpr):
     """verify_kernels/planner.py's ``unit_of`` for Gluon kernels (the plan's layout is documented
     there): (request, first position, chunk, splits of the request, units in the plan); request is

@@ -37,7 +37,7 @@ from . import planner
 from .arch import load_arch
 from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_CONFIGS, CHECK_PAGE_SIZES, CPU_INTERPRETABLE,
                            DEFAULT_CONFIG, LN2, LOG2E, PAGE_SIZES, complete_config, copy_rows, cta_barrier,
-                           pool_rows, unsupported_reason)
+                           masked_scores, pool_rows, unsupported_reason)
 from .split_combine import launch_combine, partial_buffers
 
 # The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma_ws comes from gluon_common.
@@ -133,20 +133,8 @@ def _wgmma_verify_kernel(
         s = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
         s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        scores = s * scale_log2
-
-        tile_start = start + i * BLOCK_N
-        if tile_start + BLOCK_N > prefix_len:
-            positions = tile_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-            in_sequence = positions < seq_len
-            column = positions - prefix_len
-            in_tree = (column >= 0) & in_sequence
-            word_ptrs = gl.expand_dims(mask_rows, 1) + gl.expand_dims(gl.maximum(column, 0) // 32, 0)
-            words = gl.load(word_ptrs, mask=gl.expand_dims(in_tree, 0) & gl.expand_dims(rows_s < num_rows, 1),
-                            other=0)
-            is_ancestor = ((words >> gl.expand_dims(gl.maximum(column, 0) % 32, 0)) & 1) != 0
-            visible = (is_ancestor | gl.expand_dims(column < 0, 0)) & gl.expand_dims(in_sequence, 0)
-            scores = gl.where(visible, scores, float("-inf"))
+        scores = masked_scores(s, scale_log2, start + i * BLOCK_N, prefix_len, seq_len, mask_rows, rows_s < num_rows,
+                               BLOCK_N, s_layout)
 
         m_new = gl.maximum(m_i, gl.max(scores, 1))
         m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row may see nothing in this split

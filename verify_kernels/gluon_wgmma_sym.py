@@ -33,15 +33,11 @@ A segment with an odd tile count leaves warpgroup 1 no tile in its last pair: it
 max (scale1 = 1), neither warpgroup runs a P V on the pair's second stage, and that stage's barriers and
 p1 complete without a copy or a P, so that every barrier completes once a pair. Positions past the sequence are clamped
 to its last row when copied and masked to -inf in S; rows past T x H are clamped and not stored.
-Hopper only (sm_90). Launches, plan and combine are ``gluon_wgmma_ws``'s.
+Hopper only (sm_90). Launches, plan and combine are ``gluon_wgmma_ws``'s (``launch_planned``).
 """
 
 from __future__ import annotations
 
-import functools
-
-import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -49,13 +45,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from . import planner
-from .arch import device_has, load_arch
-from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_PAGE_SIZES, CPU_INTERPRETABLE, LOG2E, PAGE_SIZES,
-                           copy_rows, cta_barrier, cta_range, launch_dependents, pool_rows, segment_at,
-                           tma_async_load, unsupported_reason, wait_for_prior_grids)
-from .gluon_wgmma_ws import DEFAULT_CONFIG, OPTIONAL_CONFIG, _store_half, complete_config
-from .splits import sm_count
+from .arch import load_arch
+from .gluon_common import (BLOCK_N_CHOICES, CHECK_PAGE_SIZES, CPU_INTERPRETABLE, PAGE_SIZES, copy_rows, cta_barrier,
+                           cta_range, launch_dependents, masked_scores, pool_rows, segment_at, tma_async_load,
+                           unsupported_reason, wait_for_prior_grids)
+from .gluon_wgmma_ws import (DEFAULT_CONFIG, OPTIONAL_CONFIG, _descriptor_type, _store_half, _tile_layout,
+                             complete_config, launch_planned, planned_kernel_spec)
 
 # The same plan keys as gluon_wgmma_ws (the spans rule by default) and its checks.
 CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8}, {"waves": 1}, {"segment_cost": 320},
@@ -159,25 +154,6 @@ def _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, stage, phase, s, W
 
 
 @gluon.jit
-def _masked(s, scale_log2, tile_start, prefix_len, seq_len, mask_rows, row_valid, BLOCK_N: gl.constexpr,
-            s_layout: gl.constexpr):
-    """S in log2 units, -inf where a row may not look: past the sequence, and in the tree part where the
-    column is not the row's ancestor (only tiles that reach the tree read the bitmask)."""
-    scores = s * scale_log2
-    if tile_start + BLOCK_N > prefix_len:
-        positions = tile_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        in_sequence = positions < seq_len
-        column = positions - prefix_len
-        in_tree = (column >= 0) & in_sequence
-        word_ptrs = gl.expand_dims(mask_rows, 1) + gl.expand_dims(gl.maximum(column, 0) // 32, 0)
-        words = gl.load(word_ptrs, mask=gl.expand_dims(in_tree, 0) & gl.expand_dims(row_valid, 1), other=0)
-        is_ancestor = ((words >> gl.expand_dims(gl.maximum(column, 0) % 32, 0)) & 1) != 0
-        visible = (is_ancestor | gl.expand_dims(column < 0, 0)) & gl.expand_dims(in_sequence, 0)
-        scores = gl.where(visible, scores, float("-inf"))
-    return scores
-
-
-@gluon.jit
 def _load_q(Q, q_lo, q_hi, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh, DV: gl.constexpr):
     """Q columns [0, 512) of this block of ``request`` (rows clamped to its last) into the two shared
     tiles by cp.async of warpgroup 0's 128 threads; returns when they have landed and are visible to wgmma."""
@@ -265,7 +241,7 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                 next_a = j + 2 < n  # (a next pair implies this one has a second tile)
                 if WG == 0:
                     s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sa, phase, s, WG)
-                    scores = _masked(s, scale_log2, start + j * BLOCK_N, prefix_len, seq_len, mask_rows,
+                    scores = masked_scores(s, scale_log2, start + j * BLOCK_N, prefix_len, seq_len, mask_rows,
                                      row_valid, BLOCK_N, s_layout)
                     m_new = gl.maximum(m_run, gl.max(scores, 1))
                     m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row may see nothing yet
@@ -307,7 +283,7 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     m_first = row_smem[0].load(s_rows)
                     scale0 = row_smem[1].load(s_rows)
                     if has_b:
-                        scores = _masked(s, scale_log2, start + (j + 1) * BLOCK_N, prefix_len, seq_len,
+                        scores = masked_scores(s, scale_log2, start + (j + 1) * BLOCK_N, prefix_len, seq_len,
                                          mask_rows, row_valid, BLOCK_N, s_layout)
                         m_run = gl.maximum(m_first, gl.max(scores, 1))
                         m_safe = gl.where(m_run == float("-inf"), 0.0, m_run)
@@ -432,13 +408,6 @@ def _sym_verify_kernel(
     ], [4], [WORKER_REGS])
 
 
-@functools.lru_cache(maxsize=None)
-def _tile_layout(rows: int, columns: int, dtype: torch.dtype):
-    """The kernel's shared-memory layout of a [rows, columns] tile (built once: about 20 us each)."""
-    return gl.NVMMASharedLayout.get_default_for([rows, columns], gl.bfloat16 if dtype == torch.bfloat16
-                                                else gl.float16)
-
-
 def kv_descriptors(kv_cache, block_n: int, v_dim: int):
     """TMA descriptors of the pool as rows [num_pages * page_size, Dqk]: columns [0, 256), [256, 512)
     and the rope columns [512, 576), each a box of ``block_n`` rows in the kernel's shared-memory layout."""
@@ -455,69 +424,24 @@ def kv_descriptors(kv_cache, block_n: int, v_dim: int):
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
     """Plan on the device, launch the kernel, then the shared combine unless kv_splits = 1; ``out``
-    written in place; programmatic launches where the GPU has them (as ``gluon_wgmma_ws``)."""
-    from .split_combine import launch_combine, partial_buffers
-
-    batch, tree_nodes, heads, head_dim = q.shape
+    written in place (``gluon_wgmma_ws.launch_planned``)."""
     if v_dim != 2 * HALF.value:
         raise ValueError(f"v_dim: gluon_wgmma_sym needs {2 * HALF.value}, got {v_dim}")
-    block_n = config["BLOCK_N"]
-    row_blocks = triton.cdiv(tree_nodes * heads, BLOCK_M)
-    bounds = planner.plan_bounds(batch=batch, row_blocks=row_blocks, capacity=block_table.shape[1] * kv_cache.shape[1],
-                                 block_n=block_n, sms=sm_count(q.device), kv_splits=config["kv_splits"],
-                                 ctas_per_sm=1, waves=config["waves"], segment_cost=config.get("segment_cost", 0))
-    pdl = device_has(q.device, "griddepcontrol")
-    plan = planner.make_plan(prefix_lens, tree_nodes, bounds, launch_dependents=pdl)
-    partial_out, partial_lse = partial_buffers(out, bounds.max_units)
-    lo_desc, hi_desc, rope_desc = kv_descriptors(kv_cache, block_n, v_dim)
-    _sym_verify_kernel[(row_blocks, bounds.grid)](
-        q, kv_cache, lo_desc, hi_desc, rope_desc, block_table, prefix_lens, tree_mask, plan, partial_out, partial_lse,
-        out,
-        sm_scale * LOG2E,
-        q.stride(0), q.stride(1), q.stride(2),
-        block_table.stride(0),
-        tree_mask.stride(0), tree_mask.stride(1),
-        out.stride(0), out.stride(1), out.stride(2),
-        tree_nodes, heads, batch,
-        PAGE_SIZE=kv_cache.shape[1], BLOCK_N=block_n, DV=v_dim, DR=head_dim - v_dim,
-        B_POW2=triton.next_power_of_2(batch), SPANS=bool(bounds.spans), PDL=pdl, WORKER_REGS=WORKER_REGISTERS,
-        GAPS=planner.lays_gaps(config), num_warps=PARTITION_WARPS, launch_pdl=pdl,
-    )
-    if config["kv_splits"] != 1:
-        launch_combine(partial_out, partial_lse, plan, out, bounds.max_units, bounds.max_splits)
-
-
-def _descriptor_type(dtype: str, block_rows: int, columns: int) -> str:
-    """The signature type Triton gives a TensorDescriptor argument from ``kv_descriptors``."""
-    layout = _tile_layout(block_rows, columns, {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
-    return f"tensordesc<{dtype}[{block_rows}, {columns}],{layout}>"
+    launch_planned(_sym_verify_kernel, kv_descriptors(kv_cache, config["BLOCK_N"], v_dim), q, kv_cache, block_table,
+                   prefix_lens, tree_mask, sm_scale=sm_scale, v_dim=v_dim, out=out, config=config,
+                   worker_regs=WORKER_REGISTERS)
 
 
 def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree_nodes: int = 64, heads: int = 8,
                  table_pages: int = 2048):
     """What `vk static` compiles for ``config`` (sm_90 only), specialised like a representative
     launch (B=1, T=64, H=8, a 128k-token table)."""
-    from .kernel_spec import TritonKernelSpec
-
-    pointer = f"*{dtype}"
     block_n = config["BLOCK_N"]
-    rows = tree_nodes * heads
-    words = -(-tree_nodes // 32)
-    ints = {"stride_qb": rows * 576, "stride_qt": heads * 576, "stride_qh": 576, "stride_table_b": table_pages,
-            "stride_mask_b": tree_nodes * words, "stride_mask_t": words, "stride_ob": rows * 512,
-            "stride_ot": heads * 512, "stride_oh": 512, "T": tree_nodes, "H": heads, "B": 1}
     half = _descriptor_type(dtype, block_n, HALF.value)
-    return [TritonKernelSpec(
-        "sym_verify", _sym_verify_kernel,
-        {"Q": pointer, "KV": pointer, "LoDesc": half, "HiDesc": half, "RopeDesc": _descriptor_type(dtype, block_n, 64),
-         "BlockTable": "*i32", "PrefixLens": "*i32", "TreeMask": "*i32", "Plan": "*i32", "PartialOut": "*fp32",
-         "PartialLse": "*fp32", "Out": pointer},
-        {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "B_POW2": 1,
-         "SPANS": planner.walks_spans({**DEFAULT_CONFIG, **config}),
-         "PDL": True, "WORKER_REGS": WORKER_REGISTERS, "GAPS": planner.lays_gaps(config)},
-        PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,
-        threads=2 * PARTITION_WARPS * 32,  # the launch's num_warps is the default partition's; the worker adds 4
-    )]
+    descriptors = {"LoDesc": half, "HiDesc": half, "RopeDesc": _descriptor_type(dtype, block_n, 64)}
+    return [planned_kernel_spec("sym_verify", _sym_verify_kernel, descriptors, config, WORKER_REGISTERS,
+                                page_size=page_size, dtype=dtype, tree_nodes=tree_nodes, heads=heads,
+                                table_pages=table_pages)]
 
 
 def offline_arch_problem(arch: str) -> str | None:

@@ -52,7 +52,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .arch import device_has, load_arch
 from . import planner
 from .gluon_common import (BLOCK_M, BLOCK_N_CHOICES, CHECK_PAGE_SIZES, CPU_INTERPRETABLE, LN2, LOG2E, PAGE_SIZES,
-                           copy_q_rows, copy_rows, cta_barrier, cta_range, launch_dependents, pool_rows, segment_at,
+                           copy_q_rows, copy_rows, cta_barrier, cta_range, launch_dependents, masked_scores, pool_rows,
+                           segment_at,
                            tma_async_load, unsupported_reason, wait_for_prior_grids)
 from .gluon_common import DEFAULT_CONFIG as _GLUON_DEFAULTS
 from .splits import sm_count
@@ -115,18 +116,8 @@ def _load_tile(kv_lat, kv_rope, kv_ready, stage, KV, lat_desc, rope_desc, table,
 def _softmax_tile(s, m_i, l_i, scale_log2, tile_start, prefix_len, seq_len, mask_rows, row_valid,
                   BLOCK_N: gl.constexpr, s_layout: gl.constexpr):
     """Online softmax (fp32, base 2) of one S tile: P, the new running max and sum, and alpha, the
-    factor that rescales O. Only tiles that reach the tree read the ancestor bitmask."""
-    scores = s * scale_log2
-    if tile_start + BLOCK_N > prefix_len:
-        positions = tile_start + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        in_sequence = positions < seq_len
-        column = positions - prefix_len
-        in_tree = (column >= 0) & in_sequence
-        word_ptrs = gl.expand_dims(mask_rows, 1) + gl.expand_dims(gl.maximum(column, 0) // 32, 0)
-        words = gl.load(word_ptrs, mask=gl.expand_dims(in_tree, 0) & gl.expand_dims(row_valid, 1), other=0)
-        is_ancestor = ((words >> gl.expand_dims(gl.maximum(column, 0) % 32, 0)) & 1) != 0
-        visible = (is_ancestor | gl.expand_dims(column < 0, 0)) & gl.expand_dims(in_sequence, 0)
-        scores = gl.where(visible, scores, float("-inf"))
+    factor that rescales O."""
+    scores = masked_scores(s, scale_log2, tile_start, prefix_len, seq_len, mask_rows, row_valid, BLOCK_N, s_layout)
     m_new = gl.maximum(m_i, gl.max(scores, 1))
     m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row may see nothing in this split
     alpha = gl.exp2(m_i - m_safe)
@@ -408,8 +399,18 @@ def complete_config(config: dict, shape) -> dict:
 
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
     """Plan on the device, launch the kernel, then the shared combine unless kv_splits = 1; ``out``
-    written in place. Each launch after the plan is programmatic where the GPU has it: it is
-    scheduled while the one before ends and waits for it on the device."""
+    written in place (``launch_planned``)."""
+    launch_planned(_ws_verify_kernel, kv_descriptors(kv_cache, config["BLOCK_N"], v_dim), q, kv_cache, block_table,
+                   prefix_lens, tree_mask, sm_scale=sm_scale, v_dim=v_dim, out=out, config=config,
+                   worker_regs=WORKER_REGISTERS)
+
+
+def launch_planned(kernel, descriptors, q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out,
+                   config, worker_regs):
+    """The launches of a planned Gluon kernel (this one and ``gluon_wgmma_sym``): the plan on the device,
+    ``kernel`` (Q, KV, its TMA ``descriptors``, then the arguments below, in this kernel's order) on one CTA
+    per SM, then the shared combine unless kv_splits = 1. Each launch after the plan is programmatic where
+    the GPU has it: it is scheduled while the one before ends and waits for it on the device."""
     from .split_combine import launch_combine, partial_buffers
 
     batch, tree_nodes, heads, head_dim = q.shape
@@ -421,9 +422,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
     pdl = device_has(q.device, "griddepcontrol")
     plan = planner.make_plan(prefix_lens, tree_nodes, bounds, launch_dependents=pdl)
     partial_out, partial_lse = partial_buffers(out, bounds.max_units)
-    lat_desc, rope_desc = kv_descriptors(kv_cache, block_n, v_dim)
-    _ws_verify_kernel[(row_blocks, bounds.grid)](
-        q, kv_cache, lat_desc, rope_desc, block_table, prefix_lens, tree_mask, plan, partial_out, partial_lse, out,
+    kernel[(row_blocks, bounds.grid)](
+        q, kv_cache, *descriptors, block_table, prefix_lens, tree_mask, plan, partial_out, partial_lse, out,
         sm_scale * LOG2E,
         q.stride(0), q.stride(1), q.stride(2),
         block_table.stride(0),
@@ -431,8 +431,8 @@ def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, ou
         out.stride(0), out.stride(1), out.stride(2),
         tree_nodes, heads, batch,
         PAGE_SIZE=kv_cache.shape[1], BLOCK_N=block_n, DV=v_dim, DR=head_dim - v_dim,
-        B_POW2=triton.next_power_of_2(batch), SPANS=bool(bounds.spans), PDL=pdl, WORKER_REGS=WORKER_REGISTERS,
-        GAPS=bounds.gap_tiles > 0, num_warps=PARTITION_WARPS, launch_pdl=pdl,
+        B_POW2=triton.next_power_of_2(batch), SPANS=bool(bounds.spans), PDL=pdl, WORKER_REGS=worker_regs,
+        GAPS=planner.lays_gaps(config), num_warps=PARTITION_WARPS, launch_pdl=pdl,
     )
     if config["kv_splits"] != 1:
         launch_combine(partial_out, partial_lse, plan, out, bounds.max_units, bounds.max_splits)
@@ -448,26 +448,35 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
                  table_pages: int = 2048):
     """What `vk static` compiles for ``config`` (sm_90 only), specialised like a representative
     launch (B=1, T=64, H=8, a 128k-token table)."""
+    block_n = config["BLOCK_N"]
+    descriptors = {"LatDesc": _descriptor_type(dtype, block_n, 512), "RopeDesc": _descriptor_type(dtype, block_n, 64)}
+    return [planned_kernel_spec("ws_verify", _ws_verify_kernel, descriptors, config, WORKER_REGISTERS,
+                                page_size=page_size, dtype=dtype, tree_nodes=tree_nodes, heads=heads,
+                                table_pages=table_pages)]
+
+
+def planned_kernel_spec(name, kernel, descriptors: dict, config: dict, worker_regs: int, *, page_size: int,
+                        dtype: str, tree_nodes: int, heads: int, table_pages: int):
+    """The ``TritonKernelSpec`` of a kernel ``launch_planned`` launches (``descriptors``: its TMA descriptor
+    arguments' names and signature types, in order)."""
     from .kernel_spec import TritonKernelSpec
 
     pointer = f"*{dtype}"
-    block_n = config["BLOCK_N"]
     rows = tree_nodes * heads
     words = -(-tree_nodes // 32)
     ints = {"stride_qb": rows * 576, "stride_qt": heads * 576, "stride_qh": 576, "stride_table_b": table_pages,
             "stride_mask_b": tree_nodes * words, "stride_mask_t": words, "stride_ob": rows * 512,
             "stride_ot": heads * 512, "stride_oh": 512, "T": tree_nodes, "H": heads, "B": 1}
-    return [TritonKernelSpec(
-        "ws_verify", _ws_verify_kernel,
-        {"Q": pointer, "KV": pointer, "LatDesc": _descriptor_type(dtype, block_n, 512),
-         "RopeDesc": _descriptor_type(dtype, block_n, 64), "BlockTable": "*i32", "PrefixLens": "*i32",
+    return TritonKernelSpec(
+        name, kernel,
+        {"Q": pointer, "KV": pointer, **descriptors, "BlockTable": "*i32", "PrefixLens": "*i32",
          "TreeMask": "*i32", "Plan": "*i32", "PartialOut": "*fp32", "PartialLse": "*fp32", "Out": pointer},
-        {"PAGE_SIZE": page_size, "BLOCK_N": block_n, "DV": 512, "DR": 64, "B_POW2": 1,
+        {"PAGE_SIZE": page_size, "BLOCK_N": config["BLOCK_N"], "DV": 512, "DR": 64, "B_POW2": 1,
          "SPANS": planner.walks_spans({**DEFAULT_CONFIG, **config}),
-         "PDL": True, "WORKER_REGS": WORKER_REGISTERS, "GAPS": planner.lays_gaps(config)},
+         "PDL": True, "WORKER_REGS": worker_regs, "GAPS": planner.lays_gaps(config)},
         PARTITION_WARPS, 1, float_args=("scale_log2",), int_values=ints,
         threads=2 * PARTITION_WARPS * 32,  # the launch's num_warps is the default partition's; the worker adds 4
-    )]
+    )
 
 
 def offline_arch_problem(arch: str) -> str | None:
