@@ -17,8 +17,8 @@ after a change that leaves the launches alone (say so in the commit), or name wh
 For each variant with an offline compile path, its default config, its CHECK_CONFIGS and every
 config of a tuned table (``--tuned``) are compiled for sm_90 (and sm_120 where the variant
 compiles there) with the variant's own ``kernel_specs``; the PTX is hashed after dropping
-debug-line directives (``.loc``, ``.file``), the DWARF sections and comments, which move with the
-source lines and helper names.
+debug-line directives (``.loc``, ``.file``), the debug ranges' temporary labels (``$L__tmpN:``), the
+DWARF sections and comments, which move with the source lines and helper names.
 CUDA variants hash the nvcc PTX of their ``kernel_specs`` (source and macros). No GPU needed.
 """
 
@@ -38,7 +38,9 @@ sys.path.insert(0, str(Path.cwd()))
 
 def normalized_digest(ptx: str) -> str:
     code = re.split(r"^\s*\.section\s+\.debug", ptx, maxsplit=1, flags=re.M)[0]  # DWARF: source lines and names
-    kept = [line for line in code.splitlines() if not re.match(r"\s*(\.loc|\.file|//)", line)]
+    # and the temporary labels the debug ranges point at ($L__tmpN), whose order beside a block label moves with
+    # where a helper is defined
+    kept = [line for line in code.splitlines() if not re.match(r"\s*(\.loc|\.file|//|\$L__tmp\d+:)", line)]
     return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
 
 
