@@ -55,6 +55,8 @@
 #                                                  -> results/sanitizer/variants/<tool>-gluon_wgmma_sym-at-<commit>-<gpu>.txt
 #   sym-bench gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA: the five ragged batches, then issue 33's single
 #             requests                             -> results/bench/sym-at-<commit>-<gpu>.jsonl
+#   sym-counters  gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA under ncu (vk bench --counters): the
+#             16-request batch, the 8 equal requests and 185000 / 64 / 8  -> results/bench/sym-counters-at-<commit>-<gpu>.jsonl
 #   timeline  the short trees' kernel timeline of gluon_wgmma_ws beside FlashMLA, with the bf16-partials experiment
 #                                                  -> results/bench/short-tree-timeline-at-<commit>-<gpu>.*
 #   timeline-proxy  the short trees' kernel timeline of cuda_qreg as sm_120's proxy (scripts/short_tree_timeline.py)
@@ -241,6 +243,12 @@ for item in "$@"; do
       bench --prefix 131072,32768 --tree 16 --heads 8
       bench --prefix 4096,185000 --tree 64 --heads 8
       bench --prefix 185000 --tree 256 --heads 8
+      pack ;;
+    sym-counters)
+      ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-counters-$at-$sku.jsonl"
+      bench --ragged $RAGGED_SIXTEEN --tree 128 --heads 8 --counters
+      bench --ragged $RAGGED_EQUAL --tree 16 --heads 16 --counters
+      bench --prefix 185000 --tree 64 --heads 8 --counters
       pack ;;
     timeline|timeline-proxy)
       out="results/bench/short-tree-timeline-$at-$sku.jsonl"; flags=()
