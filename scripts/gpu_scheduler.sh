@@ -50,7 +50,7 @@
 #                                                  -> results/sanitizer/variants/memcheck-plan-kernel-at-<commit>-<gpu>.txt
 #   sym-test  gluon_wgmma_sym (the symmetric warpgroups, issue 33): the sanitizer shapes against the oracle first (a
 #             hang or a wrong answer shows in seconds), then its oracle suite and graph replay, stopping at the first
-#             failure                              -> results/check/sym-test-at-<commit>-<gpu>{-smoke,}.log
+#             failure (SYM_FROM=n: from its n-th test on)  -> results/check/sym-test-at-<commit>-<gpu>{-smoke,,-from-n}.log
 #   sym-sanitize  compute-sanitizer memcheck, synccheck and racecheck of gluon_wgmma_sym on the sanitizer shapes
 #                                                  -> results/sanitizer/variants/<tool>-gluon_wgmma_sym-at-<commit>-<gpu>.txt
 #   sym-bench gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA: the five ragged batches, then issue 33's single
@@ -231,7 +231,13 @@ for item in "$@"; do
         echo "command: python3 scripts/sanitize_variants.py gluon_wgmma_sym"; } > "${log%.log}-smoke.log"
       timeout -k 5 90 python3 -u scripts/sanitize_variants.py gluon_wgmma_sym >> "${log%.log}-smoke.log" 2>&1
       echo "smoke: rc=$? ok=$(grep -c ' ok$' "${log%.log}-smoke.log")"; tail -n 4 "${log%.log}-smoke.log"; pack
-      pytest_log "$log" "$(left)" -x tests/kernels/test_variants.py -k gluon_wgmma_sym; pack ;;
+      tests=(tests/kernels/test_variants.py -k gluon_wgmma_sym)
+      if [ -n "${SYM_FROM:-}" ]; then  # from the SYM_FROM-th test of the suite on (an earlier run passed those before)
+        log="${log%.log}-from-$SYM_FROM.log"
+        mapfile -t tests < <(python3 -m pytest --collect-only -q -p no:cacheprovider "${tests[@]}" | grep '::' \
+                             | tail -n +"$SYM_FROM")
+      fi
+      pytest_log "$log" "$(left)" -x "${tests[@]}"; pack ;;
     sym-sanitize)
       for tool in memcheck synccheck racecheck; do
         sanitize_log "$tool" "results/sanitizer/variants/$tool-gluon_wgmma_sym-$at-$sku.txt" "$(( $(left) / 2 ))" \

@@ -239,6 +239,9 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                 phase = c & 1
                 has_b = j + 1 < n
                 next_a = j + 2 < n  # (a next pair implies this one has a second tile)
+                if not has_b:  # the empty second stage: each warpgroup waits for its own arrival on it (synccheck:
+                    #            every arrival has its wait, or the next fill's arrival lands on an unwaited phase)
+                    mbarrier.wait(ready.index(2 * sb + WG), phase)
                 if WG == 0:
                     s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sa, phase, s, WG)
                     scores = masked_scores(s, scale_log2, start + j * BLOCK_N, prefix_len, seq_len, mask_rows,
