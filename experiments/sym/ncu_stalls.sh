@@ -12,7 +12,7 @@ out=results/ncu/sym-stalls-$at-$sku; mkdir -p results/ncu
 rep=/tmp/sym-stalls; rm -f "$rep.ncu-rep"
 { echo "# commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)} (ncu locks the SM clock at base)"
   echo "# command: bash experiments/sym/ncu_stalls.sh"; } > "$out.txt"
-timeout -k 5 240 ncu --kernel-name regex:"sym_verify|ws_verify|mla" --section SpeedOfLight --section WarpStateStats \
+timeout -k 5 ${NCU_S:-240} ncu --kernel-name regex:"sym_verify|ws_verify|mla" --section SpeedOfLight --section WarpStateStats \
   --section SchedulerStats --section SourceCounters --import-source yes -o "$rep" python3 - >> "$out.txt" 2>&1 <<'PY'
 import torch
 
