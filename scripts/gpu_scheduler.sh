@@ -55,6 +55,9 @@
 #                                                  -> results/sanitizer/variants/<tool>-gluon_wgmma_sym-at-<commit>-<gpu>.txt
 #   sym-bench gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA: the five ragged batches, then issue 33's single
 #             requests                             -> results/bench/sym-at-<commit>-<gpu>.jsonl
+#   sym-ab    gluon_wgmma_sym of an earlier tree (OLD, its hash OLD_COMMIT) first, then this tree's beside gluon_wgmma_ws
+#             and FlashMLA: the five ragged batches, 185000 / 64 / 8 and 131072 / 16 / 8
+#                                                  -> results/bench/sym-ab-at-<commit>-<gpu>.jsonl (one file per tree)
 #   sym-counters  gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA under ncu (vk bench --counters): the
 #             16-request batch, the 8 equal requests and 185000 / 64 / 8  -> results/bench/sym-counters-at-<commit>-<gpu>.jsonl
 #   timeline  the short trees' kernel timeline of gluon_wgmma_ws beside FlashMLA, with the bf16-partials experiment
@@ -250,6 +253,18 @@ for item in "$@"; do
       bench --prefix 4096,185000 --tree 64 --heads 8
       bench --prefix 185000 --tree 256 --heads 8
       pack ;;
+    sym-ab)
+      sym_ab_bench() {
+        ragged_batches
+        bench --prefix 185000 --tree 64 --heads 8
+        bench --prefix 131072 --tree 16 --heads 8
+      }
+      if [ -n "${OLD:-}" ]; then
+        (ours=gluon_wgmma_sym; peers=""; records="$PWD/results/bench/sym-ab-at-$(echo "$OLD_COMMIT" | cut -c1-7)-$sku.jsonl"
+         export PYTHONPATH="${PYTHONPATH/$PWD/$OLD}" VK_GIT_COMMIT=$OLD_COMMIT; cd "$OLD" && sym_ab_bench)
+      fi
+      ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-ab-$at-$sku.jsonl"
+      sym_ab_bench; pack ;;
     sym-counters)
       ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-counters-$at-$sku.jsonl"
       bench --ragged $RAGGED_SIXTEEN --tree 128 --heads 8 --counters

@@ -7,32 +7,35 @@ and its P V, so the tensor pipe idles during every softmax (ncu: 68% busy agains
 the tiles of a segment go in pairs (2j, 2j + 1) to warpgroups (0, 1), and each warpgroup issues the same
 work per pair:
 
-- warpgroup w: S_w = Q K_w^T of its tile (m64nBLOCK_N, k 576) and its part of the softmax. The two
-  share one running max in turn: warpgroup 0 folds its tile's row max into the running max and hands
-  the new max and its rescale factor (``scale0``) over; warpgroup 1 folds its own in and hands the
-  final max and the factor from warpgroup 0's max to it (``scale1``) back.
-- warpgroup w then owns columns [w * 256, +256) of O for both tiles: P_w V_w[its half] with its P
-  in registers, and P_other V_other[its half] with the other warpgroup's P from shared memory. So one
-  warpgroup's softmax runs while the other's wgmma do.
-- each warpgroup copies the KV columns it reads as V into both ring stages: warpgroup 0 columns
-  [0, 256), warpgroup 1 columns [256, 576) (its V half and the rope). A stage's half is reloaded for
-  the next pair as soon as the one warpgroup that reads it as V is done with it; the other half's
-  S already read it (it came before the P the V read waited for), so no "free" barrier is needed.
+- warpgroup w: S_w = Q K_w^T of its tile (m64nBLOCK_N, k 576) and its part of the softmax. Warpgroup 0
+  folds its tile's row max into the running max and hands over that max, its rescale factor (``scale0``)
+  and its P in that max (``p0_ready``); warpgroup 1 folds its own tile in and hands back the final max,
+  the factor from warpgroup 0's max to it (``scale1``) and its P in the final max (``p1_ready``).
+- warpgroup w then owns columns [w * 256, +256) of O for both tiles: warpgroup 0 runs P_0 V_0 from
+  registers, then P_1 V_1 from shared memory; warpgroup 1 runs P_0 V_0 from shared memory as soon as it
+  has it, under its own softmax, then P_1 V_1 from registers. So one warpgroup's softmax runs while
+  the other's wgmma do, and the first tile's stage is free early.
+- stages are fixed: stage 0 holds the pair's first tile, stage 1 its second. Each warpgroup copies the
+  KV columns it reads as V: warpgroup 0 columns [0, 256), warpgroup 1 columns [256, 576) (its V half and
+  the rope). A half is reloaded for the next pair once its copier's P V of it is done; the S that also
+  read it came before the P that P V waited for, so no "free" barrier is needed. Stage 0 is reloaded
+  right after the first P Vs (the next pair's first S has about half a pair of lead); stage 1 at the
+  pair's end, and warpgroup 1's next S waits for it while warpgroup 0 runs its S and softmax.
 
 CTA: 64 query rows (row r = node * H + head) against its work of the plan (planner.py), as in
-``gluon_wgmma_ws``: a span of the batch's tiles walked segment by segment, or one unit; the CTA's pair c
-has its first tile in stage c % 2 and its second in the other. Shared memory at BLOCK_N 64 (226 KB with
+``gluon_wgmma_ws``: a span of the batch's tiles walked segment by segment, or one unit. Shared memory at BLOCK_N 64 (226 KB with
 the compiler's scratch, of 227): Q columns [0, 512) in two [64, 256] tiles, two stages of KV as
 [BLOCK_N, 256] + [BLOCK_N, 256] + [BLOCK_N, 64], two P tiles [64, BLOCK_N], six row vectors. Q's rope
 columns [512, 576) stay in each warpgroup's registers (FlashMLA's ``rQ8``), which is what makes the
 second P tile fit. Barriers (mbarriers), phases counted over the CTA's pairs: ready[stage * 2 + half]
-(one arrival per thread of the copying warpgroup and the TMA byte count), q_ready, scale0 / scale1 (the
-max hand-offs), p0 / p1 (the P tiles), sums (the row sums of both at a segment's end).
+(one arrival per thread of the copying warpgroup and the TMA byte count), q_ready, p0 / p1 (the hand-offs
+above), sums (the row sums of both at a segment's end).
 
 A segment with an odd tile count leaves warpgroup 1 no tile in its last pair: it folds nothing into the
-max (scale1 = 1), neither warpgroup runs a P V on the pair's second stage, and that stage's barriers and
-p1 complete without a copy or a P, so that every barrier completes once a pair. Positions past the sequence are clamped
-to its last row when copied and masked to -inf in S; rows past T x H are clamped and not stored.
+max (scale1 = 1), neither warpgroup runs a P V on stage 1, and stage 1's barriers complete without a copy
+(each warpgroup waits for its own arrival there, as for every other), so that every barrier completes once a
+pair and its phase is the pair count's parity. Positions past the sequence are clamped to its last row when
+copied and masked to -inf in S; rows past T x H are clamped and not stored.
 Hopper only (sm_90). Launches, plan and combine are ``gluon_wgmma_ws``'s (``launch_planned``).
 """
 
@@ -128,28 +131,25 @@ def _fill_stage(kv_lo, kv_hi, kv_rope, ready, stage, tile, n, KV, lo_desc, hi_de
 
 
 @gluon.jit
-def _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, stage, phase, s, WG: gl.constexpr):
-    """S = Q K^T of the tile in ``stage`` (m64nBLOCK_N, k 576; ``s``: any tile of S's shape, overwritten),
-    the half that landed first first: the one the other warpgroup copied. Warpgroup WG copied its own half
-    of this stage last, right before this S (after its P V of the tile the stage held), so its wait
-    overlaps the other half's wgmma. Returns once S is in registers.
+def _opaque_zero():
+    """0, as a value the compiler cannot see through. Shared-memory tiles indexed by it keep their wgmma
+    descriptors in the tile loop: at a constant address LLVM hoists the descriptors of every k-step out of
+    the loop, and they spilled (SASS of the sm_90 compile: 37 descriptor reloads in the tile loops for Q's
+    alone, 134 spilled values with constant stages; none with the index)."""
+    return gl.inline_asm_elementwise("mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
-    Q's tiles are indexed by a zero the compiler cannot see through: with a constant address, LLVM hoists
-    the 32 wgmma descriptors of Q's k-steps out of the tile loop, and those 64 registers spilled (SASS of
-    the sm_90 compile: 37 descriptor reloads in the tile loops; none with the index)."""
-    zero = gl.inline_asm_elementwise("mov.u32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-    if WG == 0:  # columns [256, 576) first, copied by warpgroup 1
-        mbarrier.wait(ready.index(2 * stage + 1), phase)
-        s = warpgroup_mma(q_hi.index(zero), kv_hi.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-        s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
-        mbarrier.wait(ready.index(2 * stage), phase)
-        s = warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, is_async=True)
-    else:  # columns [0, 256) first, copied by warpgroup 0
-        mbarrier.wait(ready.index(2 * stage), phase)
-        s = warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-        mbarrier.wait(ready.index(2 * stage + 1), phase)
-        s = warpgroup_mma(q_hi.index(zero), kv_hi.index(stage).permute((1, 0)), s, is_async=True)
-        s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
+
+@gluon.jit
+def _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, stage, phase, s, zero):
+    """S = Q K^T of the tile in ``stage`` (m64nBLOCK_N, k 576; ``s``: any tile of S's shape, overwritten;
+    ``zero``: ``_opaque_zero()``, Q's tile index). Columns [0, 256) first: in stage 0 they are refilled
+    before the rest (warpgroup 0's P V of its tile is the first to finish), and in stage 1 warpgroup 1
+    refills the rest right before its S. Returns once S is in registers."""
+    mbarrier.wait(ready.index(2 * stage), phase)
+    s = warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
+    mbarrier.wait(ready.index(2 * stage + 1), phase)
+    s = warpgroup_mma(q_hi.index(zero), kv_hi.index(stage).permute((1, 0)), s, is_async=True)
+    s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
     return warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
 
 
@@ -180,8 +180,8 @@ def _q_rope(Q, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh,
 
 
 @gluon.jit
-def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_ready, scale0_ready,
-               scale1_ready, p0_ready, p1_ready, sums_ready, KV, lo_desc, hi_desc, rope_desc, BlockTable, Plan,
+def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_ready, p0_ready,
+               p1_ready, sums_ready, KV, lo_desc, hi_desc, rope_desc, BlockTable, Plan,
                PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2, stride_qb, stride_qt, stride_qh,
                stride_table_b, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, begin, end,
                first_unit, segments, first_request, T, H, B, WG: gl.constexpr, PAGE_SIZE: gl.constexpr,
@@ -219,9 +219,10 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
         l_run = gl.zeros([BLOCK_M], gl.float32, layout=s_rows)
         if n > 0:
             # Both warpgroups finished the CTA's earlier segment (its row sums' hand-off): the stages are free.
-            _fill_stage(kv_lo, kv_hi, kv_rope, ready, c % 2, 0, n, KV, lo_desc, hi_desc, rope_desc, table, start,
+            st = _opaque_zero()
+            _fill_stage(kv_lo, kv_hi, kv_rope, ready, st, 0, n, KV, lo_desc, hi_desc, rope_desc, table, start,
                         seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
-            _fill_stage(kv_lo, kv_hi, kv_rope, ready, 1 - c % 2, 1, n, KV, lo_desc, hi_desc, rope_desc, table, start,
+            _fill_stage(kv_lo, kv_hi, kv_rope, ready, st + 1, 1, n, KV, lo_desc, hi_desc, rope_desc, table, start,
                         seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
             q_rope = _q_rope(Q, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh, DV, DR,
                              rope_operand)
@@ -234,60 +235,62 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
             # One call site per wgmma of a warpgroup: every call site keeps its own shared-memory descriptors
             # live across the loop, and two sites of each spilled them.
             for j in range(0, n, 2):
-                sa = c % 2      # the stage of the pair's first tile (warpgroup 0's)
-                sb = 1 - sa     # of its second (warpgroup 1's), and of the next pair's first
+                # Stage and P tile 0 hold the pair's first tile (warpgroup 0's), 1 its second. The indices are
+                # opaque: with constant ones LLVM hoists every wgmma descriptor out of the loop and they spill.
+                sa = _opaque_zero()
+                sb = sa + 1
                 phase = c & 1
                 has_b = j + 1 < n
-                next_a = j + 2 < n  # (a next pair implies this one has a second tile)
-                if not has_b:  # the empty second stage: each warpgroup waits for its own arrival on it (synccheck:
-                    #            every arrival has its wait, or the next fill's arrival lands on an unwaited phase)
-                    mbarrier.wait(ready.index(2 * sb + WG), phase)
+                next_pair = j + 2 < n  # (a next pair implies this one has a second tile)
                 if WG == 0:
-                    s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sa, phase, s, WG)
+                    s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sa, phase, s, sa)
                     scores = masked_scores(s, scale_log2, start + j * BLOCK_N, prefix_len, seq_len, mask_rows,
-                                     row_valid, BLOCK_N, s_layout)
-                    m_new = gl.maximum(m_run, gl.max(scores, 1))
-                    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row may see nothing yet
+                                           row_valid, BLOCK_N, s_layout)
+                    m_first = gl.maximum(m_run, gl.max(scores, 1))
+                    m_safe = gl.where(m_first == float("-inf"), 0.0, m_first)  # a row may see nothing yet
                     scale0 = gl.exp2(m_run - m_safe)
                     p = gl.exp2(scores - gl.expand_dims(m_safe, 1))
-                    row_smem[0].store(m_new)
+                    sum_a = gl.sum(p, 1)
+                    p_a = p.to(q_lo.dtype)
+                    # P of the first tile in the first tile's max, with that max and scale0: warpgroup 1 starts
+                    # its P V of this tile at once, before its own softmax.
+                    row_smem[0].store(m_first)
                     row_smem[1].store(scale0)
-                    cta_barrier()
-                    mbarrier.arrive(scale0_ready)
-                    acc = acc * gl.expand_dims(gl.convert_layout(scale0, o_rows), 1)
-                    acc = warpgroup_mma(gl.convert_layout(p.to(q_lo.dtype), p_operand), kv_lo.index(sa), acc,
-                                        is_async=True)
-                    mbarrier.wait(scale1_ready, phase)
-                    scale1 = row_smem[3].load(s_rows)
-                    m_run = row_smem[2].load(s_rows)
-                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                    if next_a:  # stage sa's columns [0, 256) are read: the next pair's second tile
-                        _fill_stage(kv_lo, kv_hi, kv_rope, ready, sa, j + 3, n, KV, lo_desc, hi_desc, rope_desc,
-                                    table, start, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
-                    p = p * gl.expand_dims(scale1, 1)
-                    l_run = l_run * (scale0 * scale1) + gl.sum(p, 1)
-                    p_smem.index(sa).store(p.to(q_lo.dtype))
+                    p_smem.index(sa).store(p_a)
                     fence_async_shared()
                     cta_barrier()
                     mbarrier.arrive(p0_ready)
+                    acc = acc * gl.expand_dims(gl.convert_layout(scale0, o_rows), 1)
+                    acc = warpgroup_mma(gl.convert_layout(p_a, p_operand), kv_lo.index(sa), acc, is_async=True)
+                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                    if next_pair:  # stage 0's columns [0, 256) are read (this S and P V): the next pair's first tile
+                        _load_stage(kv_lo, kv_hi, kv_rope, ready, sa, KV, lo_desc, hi_desc, rope_desc, table,
+                                    start + (j + 2) * BLOCK_N, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
+                    mbarrier.wait(p1_ready, phase)
+                    scale1 = row_smem[3].load(s_rows)
+                    m_run = row_smem[2].load(s_rows)
+                    l_run = l_run * (scale0 * scale1) + sum_a * scale1
                     acc = acc * gl.expand_dims(gl.convert_layout(scale1, o_rows), 1)
+                    mbarrier.wait(ready.index(2 * sb), phase)  # its own half of stage 1 (on an odd last tile: empty)
                     if has_b:  # the second tile's P V (an async accumulator may not leave a branch)
-                        mbarrier.wait(p1_ready, phase)
-                        mbarrier.wait(ready.index(2 * sb), phase)
                         acc = warpgroup_mma(p_smem.index(sb), kv_lo.index(sb), acc, is_async=True)
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                        if next_a:  # stage sb's columns [0, 256) are read: the next pair's first tile
-                            _load_stage(kv_lo, kv_hi, kv_rope, ready, sb, KV, lo_desc, hi_desc, rope_desc, table,
-                                        start + (j + 2) * BLOCK_N, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
+                    if next_pair:  # stage 1's columns [0, 256) are read: the next pair's second tile
+                        _fill_stage(kv_lo, kv_hi, kv_rope, ready, sb, j + 3, n, KV, lo_desc, hi_desc, rope_desc,
+                                    table, start, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                 else:
-                    if has_b:  # S of the second tile while warpgroup 0 runs its softmax: it needs no max
-                        s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sb, phase, s, WG)
-                    mbarrier.wait(scale0_ready, phase)
+                    if has_b:  # S of the second tile while warpgroup 0 runs its S and softmax: it needs no max
+                        s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sb, phase, s, sa)
+                    mbarrier.wait(p0_ready, phase)
                     m_first = row_smem[0].load(s_rows)
                     scale0 = row_smem[1].load(s_rows)
+                    # The first tile's P V first, in the first tile's max; it runs under this softmax.
+                    acc = acc * gl.expand_dims(gl.convert_layout(scale0, o_rows), 1)
+                    mbarrier.wait(ready.index(2 * sa + 1), phase)  # its own half of stage 0
+                    acc = warpgroup_mma(p_smem.index(sa), kv_hi.index(sa), acc, is_async=True)
                     if has_b:
                         scores = masked_scores(s, scale_log2, start + (j + 1) * BLOCK_N, prefix_len, seq_len,
-                                         mask_rows, row_valid, BLOCK_N, s_layout)
+                                               mask_rows, row_valid, BLOCK_N, s_layout)
                         m_run = gl.maximum(m_first, gl.max(scores, 1))
                         m_safe = gl.where(m_run == float("-inf"), 0.0, m_run)
                         scale1 = gl.exp2(m_first - m_safe)
@@ -298,30 +301,25 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                         scale1 = gl.full([BLOCK_M], 1.0, gl.float32, layout=s_rows)
                         p = s
                         l_run = l_run * scale0
+                    p_b = p.to(q_lo.dtype)
                     row_smem[2].store(m_run)
                     row_smem[3].store(scale1)
-                    cta_barrier()
-                    mbarrier.arrive(scale1_ready)
-                    acc = acc * gl.expand_dims(gl.convert_layout(scale0 * scale1, o_rows), 1)
                     if has_b:
-                        p_b = p.to(q_lo.dtype)
                         p_smem.index(sb).store(p_b)
-                        fence_async_shared()
-                        cta_barrier()
-                        mbarrier.arrive(p1_ready)
+                    fence_async_shared()
+                    cta_barrier()
+                    mbarrier.arrive(p1_ready)  # (without a second tile too: it completes once a pair)
+                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                    if next_pair:  # stage 0's columns [256, 576) are read (its S, then this P V)
+                        _load_stage(kv_lo, kv_hi, kv_rope, ready, sa, KV, lo_desc, hi_desc, rope_desc, table,
+                                    start + (j + 2) * BLOCK_N, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
+                    acc = acc * gl.expand_dims(gl.convert_layout(scale1, o_rows), 1)
+                    mbarrier.wait(ready.index(2 * sb + 1), phase)  # its own half of stage 1 (an odd last tile: empty)
+                    if has_b:
                         acc = warpgroup_mma(gl.convert_layout(p_b, p_operand), kv_hi.index(sb), acc, is_async=True)
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                        if next_a:  # stage sb's columns [256, 576) are read: the next pair's first tile
-                            _load_stage(kv_lo, kv_hi, kv_rope, ready, sb, KV, lo_desc, hi_desc, rope_desc, table,
-                                        start + (j + 2) * BLOCK_N, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
-                    else:
-                        mbarrier.arrive(p1_ready)  # no P of a second tile: the barrier still completes once a pair
-                    mbarrier.wait(p0_ready, phase)
-                    mbarrier.wait(ready.index(2 * sa + 1), phase)
-                    acc = warpgroup_mma(p_smem.index(sa), kv_hi.index(sa), acc, is_async=True)
-                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                    if next_a:  # stage sa's columns [256, 576) are read: the next pair's second tile
-                        _fill_stage(kv_lo, kv_hi, kv_rope, ready, sa, j + 3, n, KV, lo_desc, hi_desc, rope_desc,
+                    if next_pair:  # stage 1's columns [256, 576) are read: the next pair's second tile
+                        _fill_stage(kv_lo, kv_hi, kv_rope, ready, sb, j + 3, n, KV, lo_desc, hi_desc, rope_desc,
                                     table, start, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                 c += 1
             # The row sums of both warpgroups, in the last pair's max: each hands its own over.
@@ -373,16 +371,12 @@ def _sym_verify_kernel(
                 gl.allocate_shared_memory(gl.float32, [BLOCK_M], row_layout))
     ready = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    scale0_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    scale1_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p0_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p1_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     sums_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     for i in gl.static_range(4):
         mbarrier.init(ready.index(i), count=COPY_THREADS)  # TMA: 1 with the byte count + 127; cp.async: 1 each
     mbarrier.init(q_ready, count=1)
-    mbarrier.init(scale0_ready, count=1)
-    mbarrier.init(scale1_ready, count=1)
     mbarrier.init(p0_ready, count=1)
     mbarrier.init(p1_ready, count=1)
     mbarrier.init(sums_ready, count=2)  # one per warpgroup
@@ -396,14 +390,14 @@ def _sym_verify_kernel(
     # Both partitions run _warpgroup; its arguments written out for each (a tuple built by concatenation
     # would hand the constexprs over as plain ints, which warp_specialize cannot pass to a worker).
     gl.warp_specialize([
-        (_warpgroup, (Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_ready, scale0_ready,
-                      scale1_ready, p0_ready, p1_ready, sums_ready, KV, LoDesc, HiDesc, RopeDesc, BlockTable, Plan,
+        (_warpgroup, (Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_ready, p0_ready,
+                      p1_ready, sums_ready, KV, LoDesc, HiDesc, RopeDesc, BlockTable, Plan,
                       PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2, stride_qb, stride_qt, stride_qh,
                       stride_table_b, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, begin,
                       end, first_unit, segments, first_request, T, H, B, WARPGROUP_0, PAGE_SIZE, BLOCK_N, GAPS, DV,
                       DR)),
-        (_warpgroup, (Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_ready, scale0_ready,
-                      scale1_ready, p0_ready, p1_ready, sums_ready, KV, LoDesc, HiDesc, RopeDesc, BlockTable, Plan,
+        (_warpgroup, (Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_ready, p0_ready,
+                      p1_ready, sums_ready, KV, LoDesc, HiDesc, RopeDesc, BlockTable, Plan,
                       PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2, stride_qb, stride_qt, stride_qh,
                       stride_table_b, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, begin,
                       end, first_unit, segments, first_request, T, H, B, WARPGROUP_1, PAGE_SIZE, BLOCK_N, GAPS, DV,
