@@ -23,8 +23,8 @@ work per pair:
   pair's end, and warpgroup 1's next S waits for it while warpgroup 0 runs its S and softmax.
 
 CTA: 64 query rows (row r = node * H + head) against its work of the plan (planner.py), as in
-``gluon_wgmma_ws``: a span of the batch's tiles walked segment by segment, or one unit. Shared memory at BLOCK_N 64 (226 KB with
-the compiler's scratch, of 227): Q columns [0, 512) in two [64, 256] tiles, two stages of KV as
+``gluon_wgmma_ws``: a span of the batch's tiles walked segment by segment, or one unit. Shared memory at
+BLOCK_N 64 (226 KB with the compiler's scratch, of 227): Q columns [0, 512) in two [64, 256] tiles, two stages of KV as
 [BLOCK_N, 256] + [BLOCK_N, 256] + [BLOCK_N, 64], two P tiles [64, BLOCK_N], six row vectors. Q's rope
 columns [512, 576) stay in each warpgroup's registers (FlashMLA's ``rQ8``), which is what makes the
 second P tile fit. Barriers (mbarriers), phases counted over the CTA's pairs: ready[stage * 2 + half]
