@@ -56,7 +56,7 @@
 #   sym-bench gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA: the five ragged batches, then issue 33's single
 #             requests                             -> results/bench/sym-at-<commit>-<gpu>.jsonl
 #   sym-ab    gluon_wgmma_sym of an earlier tree (OLD, its hash OLD_COMMIT) first, then this tree's beside gluon_wgmma_ws
-#             and FlashMLA: the five ragged batches, 185000 / 64 / 8 and 131072 / 16 / 8
+#             and FlashMLA: the five ragged batches and 185000 / 64 / 8
 #                                                  -> results/bench/sym-ab-at-<commit>-<gpu>.jsonl (one file per tree)
 #   sym-counters  gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA under ncu (vk bench --counters): the
 #             16-request batch, the 8 equal requests and 185000 / 64 / 8  -> results/bench/sym-counters-at-<commit>-<gpu>.jsonl
@@ -257,7 +257,6 @@ for item in "$@"; do
       sym_ab_bench() {
         ragged_batches
         bench --prefix 185000 --tree 64 --heads 8
-        bench --prefix 131072 --tree 16 --heads 8
       }
       if [ -n "${OLD:-}" ]; then
         (ours=gluon_wgmma_sym; peers=""; records="$PWD/results/bench/sym-ab-at-$(echo "$OLD_COMMIT" | cut -c1-7)-$sku.jsonl"
