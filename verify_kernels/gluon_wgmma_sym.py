@@ -20,15 +20,17 @@ work per pair:
   the rope). A half is reloaded for the next pair once its copier's P V of it is done; the S that also
   read it came before the P that P V waited for, so no "free" barrier is needed. Stage 0 is reloaded
   right after the first P Vs (the next pair's first S has about half a pair of lead); stage 1 at the
-  pair's end, and warpgroup 1's next S waits for it while warpgroup 0 runs its S and softmax.
+  pair's end, and warpgroup 1's next S waits for it while warpgroup 0 runs its S and softmax (in pieces: below).
 
 CTA: 64 query rows (row r = node * H + head) against its work of the plan (planner.py), as in
 ``gluon_wgmma_ws``: a span of the batch's tiles walked segment by segment, or one unit. Shared memory at
 BLOCK_N 64 (226 KB with the compiler's scratch, of 227): Q columns [0, 512) in two [64, 256] tiles, two stages of KV as
 [BLOCK_N, 256] + [BLOCK_N, 256] + [BLOCK_N, 64], two P tiles [64, BLOCK_N], six row vectors. Q's rope
 columns [512, 576) stay in each warpgroup's registers (FlashMLA's ``rQ8``), which is what makes the
-second P tile fit. Barriers (mbarriers), phases counted over the CTA's pairs: ready[stage * 2 + half]
-(one arrival per thread of the copying warpgroup and the TMA byte count), q_ready, p0 / p1 (the hand-offs
+second P tile fit. Barriers (mbarriers), phases counted over the CTA's pairs: ready[stage * 3 + piece],
+a stage's columns [0, 256) (warpgroup 0's copy), [256, 384) and [384, 576) (warpgroup 1's, in two pieces as
+FlashMLA copies a block in nine: the S of the tile warpgroup 1 refilled last starts before all of it has landed;
+one arrival per thread of the copying warpgroup and the TMA byte count), q_ready, p0 / p1 (the hand-offs
 above), sums (the row sums of both at a segment's end).
 
 A segment with an odd tile count leaves warpgroup 1 no tile in its last pair: it folds nothing into the
@@ -69,26 +71,33 @@ WORKER_REGISTERS = 256  # warpgroup 1's; warpgroup 0 gets the same (O's half alo
 WARPGROUP_0 = gl.constexpr(0)  # the partitions' WG argument
 WARPGROUP_1 = gl.constexpr(1)
 HALF = gl.constexpr(256)  # a warpgroup's O columns, and the width of a Q / KV latent tile
+PIECE = gl.constexpr(128)  # warpgroup 1 copies its half in two pieces: columns [256, 384) and [384, 576)
 
 
 @gluon.jit
-def _load_half(kv_v, kv_rope, ready, KV, v_desc, rope_desc, table, tile_start, seq_len, WG: gl.constexpr,
+def _load_half(kv_v, kv_rope, ready, first, KV, v_desc, rope_desc, table, tile_start, seq_len, WG: gl.constexpr,
                PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
     """Warpgroup WG's columns of one KV tile into a stage: [0, 256) for warpgroup 0, [256, 576) (``kv_v``
-    and ``kv_rope``) for warpgroup 1; ``ready`` (count 128) completes when they have landed. A tile
+    and ``kv_rope``) for warpgroup 1. ``ready[first]`` (count 128) completes when warpgroup 0's have landed;
+    warpgroup 1's come in two pieces, columns [256, 384) on ``ready[first]`` and [384, 576) on
+    ``ready[first + 1]``, so an S waiting for them starts on the first piece that lands. A tile
     inside one page and the sequence goes by TMA (one thread, the bytes counted by the barrier); any
     other by cp.async of the warpgroup's 128 threads, positions clamped to the sequence's last row."""
     ELEMENT_BYTES: gl.constexpr = KV.dtype.element_ty.primitive_bitwidth // 8
     if (PAGE_SIZE >= BLOCK_N) & (tile_start + BLOCK_N <= seq_len):
         row = gl.load(table + tile_start // PAGE_SIZE) * PAGE_SIZE + tile_start % PAGE_SIZE
         if WG == 0:
-            mbarrier.expect(ready, BLOCK_N * HALF * ELEMENT_BYTES)
-        else:
-            mbarrier.expect(ready, BLOCK_N * (HALF + DR) * ELEMENT_BYTES)
-        mbarrier.arrive(ready, count=COPY_THREADS - 1)  # the count is one per copying thread
-        tma_async_load(v_desc, [row, 0], ready, kv_v)
-        if WG == 1:
-            tma_async_load(rope_desc, [row, 0], ready, kv_rope)
+            mbarrier.expect(ready.index(first), BLOCK_N * HALF * ELEMENT_BYTES)
+            mbarrier.arrive(ready.index(first), count=COPY_THREADS - 1)  # the count is one per copying thread
+            tma_async_load(v_desc, [row, 0], ready.index(first), kv_v)
+        else:  # two pieces, each on its own barrier: the S waiting for them starts on the first to land
+            mbarrier.expect(ready.index(first), BLOCK_N * PIECE * ELEMENT_BYTES)
+            mbarrier.arrive(ready.index(first), count=COPY_THREADS - 1)
+            tma_async_load(v_desc, [row, 0], ready.index(first), kv_v.slice(0, PIECE, dim=1))
+            mbarrier.expect(ready.index(first + 1), BLOCK_N * (PIECE + DR) * ELEMENT_BYTES)
+            mbarrier.arrive(ready.index(first + 1), count=COPY_THREADS - 1)
+            tma_async_load(v_desc, [row, PIECE], ready.index(first + 1), kv_v.slice(PIECE, PIECE, dim=1))
+            tma_async_load(rope_desc, [row, 0], ready.index(first + 1), kv_rope)
     else:
         v_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
         copy_rows(kv_v, KV + WG * HALF, pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, v_layout),
@@ -97,18 +106,20 @@ def _load_half(kv_v, kv_rope, ready, KV, v_desc, rope_desc, table, tile_start, s
             rope_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
             copy_rows(kv_rope, KV + DV, pool_rows(table, tile_start, seq_len, PAGE_SIZE, BLOCK_N, rope_layout),
                       DV + DR, DR, rope_layout)
-        async_copy.mbarrier_arrive(ready, increment_count=False)
+        async_copy.mbarrier_arrive(ready.index(first), increment_count=False)
+        if WG == 1:
+            async_copy.mbarrier_arrive(ready.index(first + 1), increment_count=False)
 
 
 @gluon.jit
 def _load_stage(kv_lo, kv_hi, kv_rope, ready, stage, KV, lo_desc, hi_desc, rope_desc, table, tile_start, seq_len,
                 WG: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
-    """Warpgroup WG's half of the tile at ``tile_start`` into ``stage`` (its barrier: ready[2 * stage + WG])."""
+    """Warpgroup WG's half of the tile at ``tile_start`` into ``stage`` (its barriers from ready[3 * stage + WG])."""
     if WG == 0:
-        _load_half(kv_lo.index(stage), kv_rope.index(stage), ready.index(2 * stage), KV, lo_desc, rope_desc, table,
+        _load_half(kv_lo.index(stage), kv_rope.index(stage), ready, 3 * stage, KV, lo_desc, rope_desc, table,
                    tile_start, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
     else:
-        _load_half(kv_hi.index(stage), kv_rope.index(stage), ready.index(2 * stage + 1), KV, hi_desc, rope_desc,
+        _load_half(kv_hi.index(stage), kv_rope.index(stage), ready, 3 * stage + 1, KV, hi_desc, rope_desc,
                    table, tile_start, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
 
 
@@ -116,7 +127,9 @@ def _load_stage(kv_lo, kv_hi, kv_rope, ready, stage, KV, lo_desc, hi_desc, rope_
 def _skip_stage(ready, stage, WG: gl.constexpr):
     """No tile for ``stage`` in the next pair (a segment's odd last tile): complete WG's barrier of it with
     no copy, so that every barrier completes once a pair and its phase is the pair count's parity."""
-    mbarrier.arrive(ready.index(2 * stage + WG), count=COPY_THREADS)
+    mbarrier.arrive(ready.index(3 * stage + WG), count=COPY_THREADS)
+    if WG == 1:
+        mbarrier.arrive(ready.index(3 * stage + 2), count=COPY_THREADS)
 
 
 @gluon.jit
@@ -144,11 +157,17 @@ def _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, stage, phase, s, z
     """S = Q K^T of the tile in ``stage`` (m64nBLOCK_N, k 576; ``s``: any tile of S's shape, overwritten;
     ``zero``: ``_opaque_zero()``, Q's tile index). Columns [0, 256) first: in stage 0 they are refilled
     before the rest (warpgroup 0's P V of its tile is the first to finish), and in stage 1 warpgroup 1
-    refills the rest right before its S. Returns once S is in registers."""
-    mbarrier.wait(ready.index(2 * stage), phase)
+    refills the rest right before its S; then warpgroup 1's two pieces, each as soon as it has landed
+    (ncu at e6602f1, one barrier for the half: warpgroup 1 waited 4.3% of the samples for stage 1's).
+    Returns once S is in registers."""
+    mbarrier.wait(ready.index(3 * stage), phase)
     s = warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-    mbarrier.wait(ready.index(2 * stage + 1), phase)
-    s = warpgroup_mma(q_hi.index(zero), kv_hi.index(stage).permute((1, 0)), s, is_async=True)
+    mbarrier.wait(ready.index(3 * stage + 1), phase)
+    s = warpgroup_mma(q_hi.index(zero).slice(0, PIECE, dim=1),
+                      kv_hi.index(stage).slice(0, PIECE, dim=1).permute((1, 0)), s, is_async=True)
+    mbarrier.wait(ready.index(3 * stage + 2), phase)
+    s = warpgroup_mma(q_hi.index(zero).slice(PIECE, PIECE, dim=1),
+                      kv_hi.index(stage).slice(PIECE, PIECE, dim=1).permute((1, 0)), s, is_async=True)
     s = warpgroup_mma(q_rope, kv_rope.index(stage).permute((1, 0)), s, is_async=True)
     return warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
 
@@ -271,7 +290,7 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     m_run = row_smem[2].load(s_rows)
                     l_run = l_run * (scale0 * scale1) + sum_a * scale1
                     acc = acc * gl.expand_dims(gl.convert_layout(scale1, o_rows), 1)
-                    mbarrier.wait(ready.index(2 * sb), phase)  # its own half of stage 1 (on an odd last tile: empty)
+                    mbarrier.wait(ready.index(3 * sb), phase)  # its own half of stage 1 (on an odd last tile: empty)
                     if has_b:  # the second tile's P V (an async accumulator may not leave a branch)
                         acc = warpgroup_mma(p_smem.index(sb), kv_lo.index(sb), acc, is_async=True)
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
@@ -286,7 +305,8 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     scale0 = row_smem[1].load(s_rows)
                     # The first tile's P V first, in the first tile's max; it runs under this softmax.
                     acc = acc * gl.expand_dims(gl.convert_layout(scale0, o_rows), 1)
-                    mbarrier.wait(ready.index(2 * sa + 1), phase)  # its own half of stage 0
+                    mbarrier.wait(ready.index(3 * sa + 1), phase)  # its own half of stage 0 (both pieces)
+                    mbarrier.wait(ready.index(3 * sa + 2), phase)
                     acc = warpgroup_mma(p_smem.index(sa), kv_hi.index(sa), acc, is_async=True)
                     if has_b:
                         scores = masked_scores(s, scale_log2, start + (j + 1) * BLOCK_N, prefix_len, seq_len,
@@ -314,7 +334,8 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                         _load_stage(kv_lo, kv_hi, kv_rope, ready, sa, KV, lo_desc, hi_desc, rope_desc, table,
                                     start + (j + 2) * BLOCK_N, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                     acc = acc * gl.expand_dims(gl.convert_layout(scale1, o_rows), 1)
-                    mbarrier.wait(ready.index(2 * sb + 1), phase)  # its own half of stage 1 (an odd last tile: empty)
+                    mbarrier.wait(ready.index(3 * sb + 1), phase)  # its own half of stage 1 (an odd last tile: empty)
+                    mbarrier.wait(ready.index(3 * sb + 2), phase)
                     if has_b:
                         acc = warpgroup_mma(gl.convert_layout(p_b, p_operand), kv_hi.index(sb), acc, is_async=True)
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
@@ -369,12 +390,12 @@ def _sym_verify_kernel(
                 gl.allocate_shared_memory(gl.float32, [BLOCK_M], row_layout),
                 gl.allocate_shared_memory(gl.float32, [BLOCK_M], row_layout),
                 gl.allocate_shared_memory(gl.float32, [BLOCK_M], row_layout))
-    ready = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [6, 1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p0_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p1_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     sums_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(4):
+    for i in gl.static_range(6):
         mbarrier.init(ready.index(i), count=COPY_THREADS)  # TMA: 1 with the byte count + 127; cp.async: 1 each
     mbarrier.init(q_ready, count=1)
     mbarrier.init(p0_ready, count=1)
@@ -406,15 +427,16 @@ def _sym_verify_kernel(
 
 
 def kv_descriptors(kv_cache, block_n: int, v_dim: int):
-    """TMA descriptors of the pool as rows [num_pages * page_size, Dqk]: columns [0, 256), [256, 512)
-    and the rope columns [512, 576), each a box of ``block_n`` rows in the kernel's shared-memory layout."""
+    """TMA descriptors of the pool as rows [num_pages * page_size, Dqk]: columns [0, 256) (a box of 256),
+    [256, 512) (a box of 128 columns: warpgroup 1 copies them in two pieces) and the rope columns [512, 576),
+    each box ``block_n`` rows in the kernel's shared-memory layout."""
     rows = kv_cache.view(-1, kv_cache.shape[-1])
     rope_dim = rows.shape[1] - v_dim
     half = v_dim // 2
     return (TensorDescriptor(rows, [rows.shape[0], half], [rows.shape[1], 1], [block_n, half],
                              _tile_layout(block_n, half, kv_cache.dtype)),
-            TensorDescriptor(rows[:, half:], [rows.shape[0], half], [rows.shape[1], 1], [block_n, half],
-                             _tile_layout(block_n, half, kv_cache.dtype)),
+            TensorDescriptor(rows[:, half:], [rows.shape[0], half], [rows.shape[1], 1], [block_n, PIECE.value],
+                             _tile_layout(block_n, PIECE.value, kv_cache.dtype)),
             TensorDescriptor(rows[:, v_dim:], [rows.shape[0], rope_dim], [rows.shape[1], 1], [block_n, rope_dim],
                              _tile_layout(block_n, rope_dim, kv_cache.dtype)))
 
@@ -434,8 +456,9 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
     """What `vk static` compiles for ``config`` (sm_90 only), specialised like a representative
     launch (B=1, T=64, H=8, a 128k-token table)."""
     block_n = config["BLOCK_N"]
-    half = _descriptor_type(dtype, block_n, HALF.value)
-    descriptors = {"LoDesc": half, "HiDesc": half, "RopeDesc": _descriptor_type(dtype, block_n, 64)}
+    descriptors = {"LoDesc": _descriptor_type(dtype, block_n, HALF.value),
+                   "HiDesc": _descriptor_type(dtype, block_n, PIECE.value),
+                   "RopeDesc": _descriptor_type(dtype, block_n, 64)}
     return [planned_kernel_spec("sym_verify", _sym_verify_kernel, descriptors, config, WORKER_REGISTERS,
                                 page_size=page_size, dtype=dtype, tree_nodes=tree_nodes, heads=heads,
                                 table_pages=table_pages)]

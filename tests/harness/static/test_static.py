@@ -150,8 +150,8 @@ def test_ws_tma_descriptors_match_what_the_static_compile_declares(dtype, block_
 @pytest.mark.parametrize("dtype, block_n", [(torch.bfloat16, 64), (torch.float16, 32)])
 def test_sym_tma_descriptors_match_what_the_static_compile_declares(dtype, block_n):
     """gluon_wgmma_sym's three TMA descriptors cover the pool's rows: columns [0, 256) from element 0,
-    [256, 512) from element 256 and the rope columns from element 512, each a box of block_n rows that
-    Triton types exactly as kernel_specs declares, so `vk static` compiles the launched kernel."""
+    [256, 512) from element 256 (in boxes of 128 columns) and the rope columns from element 512, each a box of
+    block_n rows that Triton types exactly as kernel_specs declares, so `vk static` compiles the launched kernel."""
     from triton.runtime.jit import mangle_type
 
     from verify_kernels import gluon_wgmma_sym as sym
@@ -161,7 +161,7 @@ def test_sym_tma_descriptors_match_what_the_static_compile_declares(dtype, block
     assert [d.base.data_ptr() - pool.data_ptr() for d in (low, high, rope)] == [0, 256 * 2, 512 * 2]
     assert [list(d.shape) for d in (low, high, rope)] == [[7 * 64, 256], [7 * 64, 256], [7 * 64, 64]]
     assert all(list(d.strides) == [576, 1] for d in (low, high, rope))
-    assert [d.block_shape for d in (low, high, rope)] == [[block_n, 256], [block_n, 256], [block_n, 64]]
+    assert [d.block_shape for d in (low, high, rope)] == [[block_n, 256], [block_n, 128], [block_n, 64]]
     signature = sym.kernel_specs({"BLOCK_N": block_n, "kv_splits": 4},
                                  dtype={torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype])[0].signature()
     assert [signature[k] for k in ("LoDesc", "HiDesc", "RopeDesc")] == [mangle_type(d) for d in (low, high, rope)]
