@@ -133,6 +133,15 @@ def _skip_stage(ready, stage, WG: gl.constexpr):
 
 
 @gluon.jit
+def _wait_own_half(ready, stage, phase, WG: gl.constexpr):
+    """Until WG's own columns of ``stage`` have landed: warpgroup 0's one barrier, warpgroup 1's two pieces
+    (on a segment's odd last tile: the empty stage's arrivals of ``_skip_stage``)."""
+    mbarrier.wait(ready.index(3 * stage + WG), phase)
+    if WG == 1:
+        mbarrier.wait(ready.index(3 * stage + 2), phase)
+
+
+@gluon.jit
 def _fill_stage(kv_lo, kv_hi, kv_rope, ready, stage, tile, n, KV, lo_desc, hi_desc, rope_desc, table, start, seq_len,
                 WG: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
     """WG's half of a segment's ``tile`` into ``stage``, or its barrier completed empty past the segment."""
@@ -290,7 +299,7 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     m_run = row_smem[2].load(s_rows)
                     l_run = l_run * (scale0 * scale1) + sum_a * scale1
                     acc = acc * gl.expand_dims(gl.convert_layout(scale1, o_rows), 1)
-                    mbarrier.wait(ready.index(3 * sb), phase)  # its own half of stage 1 (on an odd last tile: empty)
+                    _wait_own_half(ready, sb, phase, WG)  # (on an odd last tile: empty)
                     if has_b:  # the second tile's P V (an async accumulator may not leave a branch)
                         acc = warpgroup_mma(p_smem.index(sb), kv_lo.index(sb), acc, is_async=True)
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
@@ -305,8 +314,7 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     scale0 = row_smem[1].load(s_rows)
                     # The first tile's P V first, in the first tile's max; it runs under this softmax.
                     acc = acc * gl.expand_dims(gl.convert_layout(scale0, o_rows), 1)
-                    mbarrier.wait(ready.index(3 * sa + 1), phase)  # its own half of stage 0 (both pieces)
-                    mbarrier.wait(ready.index(3 * sa + 2), phase)
+                    _wait_own_half(ready, sa, phase, WG)
                     acc = warpgroup_mma(p_smem.index(sa), kv_hi.index(sa), acc, is_async=True)
                     if has_b:
                         scores = masked_scores(s, scale_log2, start + (j + 1) * BLOCK_N, prefix_len, seq_len,
@@ -334,8 +342,7 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                         _load_stage(kv_lo, kv_hi, kv_rope, ready, sa, KV, lo_desc, hi_desc, rope_desc, table,
                                     start + (j + 2) * BLOCK_N, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                     acc = acc * gl.expand_dims(gl.convert_layout(scale1, o_rows), 1)
-                    mbarrier.wait(ready.index(3 * sb + 1), phase)  # its own half of stage 1 (an odd last tile: empty)
-                    mbarrier.wait(ready.index(3 * sb + 2), phase)
+                    _wait_own_half(ready, sb, phase, WG)  # (on an odd last tile: empty)
                     if has_b:
                         acc = warpgroup_mma(gl.convert_layout(p_b, p_operand), kv_hi.index(sb), acc, is_async=True)
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
