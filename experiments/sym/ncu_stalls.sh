@@ -3,7 +3,7 @@
 # (base clock) on the 4-request batch (185000, 4096, 32768, 131072; T 64, H 8; chain trees), with the warp-state
 # sections and the per-instruction stall samples (SourceCounters).
 #   -> results/ncu/sym-stalls-at-<commit>-<gpu>.txt (sections), .sass-<kernel>.csv.xz (stall samples per SASS
-#      instruction)
+#      instruction; `vk stalls` sums them per mbarrier)
 # Usage (GPU host, repository root): bash experiments/sym/ncu_stalls.sh
 . scripts/gpu_env.sh
 . scripts/gpu_peers_env.sh
@@ -37,3 +37,4 @@ for kernel in sym_verify ws_verify mla; do
   echo "$kernel: $(xz -dc "$out.sass-$kernel.csv.xz" | wc -l) SASS rows"
 done
 pack
+python3 -m harness stalls --top 8 "$out".sass-{sym_verify,ws_verify}.csv.xz  # the waits per mbarrier

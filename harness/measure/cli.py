@@ -1,17 +1,18 @@
-"""``vk ceilings``, ``vk env``, ``vk index``: this GPU's measured ceilings, the environment a record
-carries, and the index of record files."""
+"""``vk ceilings``, ``vk env``, ``vk index``, ``vk stalls``: this GPU's measured ceilings, the environment a
+record carries, the index of record files, and where a kernel's warps wait (ncu's stall samples)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from harness.arguments import output_file
+from harness.arguments import int_in, output_file
 from harness.measure.paths import results_dir
 from harness.measure.environment import describe_environment
 from harness.measure.mma_ceiling import measure_mma_sync_tflops
 from harness.measure.records import format_index, records_index
 from harness.measure.roofline import load_ceilings, measure_ceilings, save_ceilings
+from harness.measure.stalls import format_stalls
 
 
 
@@ -53,6 +54,17 @@ def cmd_index(args) -> int:
     return 0
 
 
+def cmd_stalls(args) -> int:
+    for path in args.csv:
+        if not path.is_file():
+            raise SystemExit(f"vk stalls: no such file: {path}")
+        try:
+            print(format_stalls(path, top=args.top))
+        except ValueError as error:
+            raise SystemExit(f"vk stalls: {error}") from None
+    return 0
+
+
 def add_commands(sub) -> None:
     """Register this package's subcommands on the ``vk`` parser."""
     ceilings = sub.add_parser("ceilings", help="measure (or show cached) copy bandwidth and matmul rate")
@@ -69,3 +81,11 @@ def add_commands(sub) -> None:
     index.add_argument("--root", type=Path, help="results folder (default ./results or $VK_RESULTS_DIR)")
     index.add_argument("--out", type=output_file, help="markdown file (default ROOT/FILES.md)")
     index.set_defaults(func=cmd_index)
+
+    stalls = sub.add_parser("stalls", help="where a kernel's warps wait, from ncu's per-instruction stall samples",
+                            description="Read ncu's SASS source page as CSV (ncu -i REP --page source --csv "
+                                        "--print-source sass, plain or .xz) and print the instructions with the "
+                                        "most stall samples and the samples summed per mbarrier and kind of wait.")
+    stalls.add_argument("csv", type=Path, nargs="+", help="CSV files (results/ncu/*.sass-*.csv.xz)")
+    stalls.add_argument("--top", type=int_in(1), default=20, help="instructions listed by samples")
+    stalls.set_defaults(func=cmd_stalls)

@@ -45,6 +45,8 @@ FIXTURES = {
     "sweep-type.yaml": "prefix: hello\n",
     "sweep-choice.yaml": "mode: fast\n",
     "sweep-plan.yaml": "plan: twice\n",
+    "broken.xz": "not xz at all",
+    "bad-source.csv": '"Kernel Name","k",\n"Address","Source","Warp Stall Sampling (All Samples)"\n"zz","NOP","1"\n',
 }
 
 # (argv, what the one line must name)
@@ -76,6 +78,12 @@ CASES = [
     (("decode-report", "bench.jsonl"), "expected decode records"),
     (("decode-report", "truncated.jsonl"), "truncated.jsonl:2"),
     (("decode-report", "missing.jsonl"), "no such file"),
+    (("stalls", "missing.csv"), "no such file"),
+    (("stalls", "text.jsonl"), "not ncu's SASS source page"),
+    (("stalls", "empty.jsonl"), "not ncu's SASS source page"),
+    (("stalls", "broken.xz"), "cannot be read as CSV"),
+    (("stalls", "bad-source.csv"), "not ncu's numbers"),
+    (("stalls", "bad-source.csv", "--top", "0"), "--top"),
     (("predict", "--check", "empty.jsonl"), "empty.jsonl"),
     (("predict", "--check", "truncated.jsonl"), "truncated.jsonl:2"),
     (("predict", "--arch", "sm_90", "--check-proxy", "sm_120", "--proxy-storage", "sqlite:///missing.db"),

@@ -1,0 +1,105 @@
+"""Where a kernel's warps wait, from ncu's per-SASS-instruction stall samples.
+
+Input: the CSV that ``ncu -i REP --page source --csv --print-source sass`` prints (plain or ``.xz``), as
+``experiments/sym/ncu_stalls.sh`` writes it. Output: the instructions with the most samples, and the samples summed
+per mbarrier (every ``SYNCS...TRYWAIT`` on one shared-memory address, with the ``@!P BRA`` right after it that waits
+for its answer, in line or in the out-of-line retry loop) and per kind of wait (wgmma, named barrier).
+"""
+
+from __future__ import annotations
+
+import csv
+import lzma
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_TRYWAIT = re.compile(r"SYNCS\.PHASECHK\S*TRYWAIT\s+(!?P\d)\s*,\s*\[([^\]]+)\]")
+_BRANCH_ON = re.compile(r"^@!?(P\d)\s+BRA\b")
+_OFFSET = re.compile(r"(0x[0-9a-f]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    offset: int  # from the kernel's first instruction
+    sass: str
+    samples: int
+    reasons: dict[str, int]  # stall reason -> samples, all samples (issued or not)
+
+
+def read_source_csv(path: Path) -> tuple[str, list[Instruction]]:
+    """The kernel's name and its instructions, in address order."""
+    opener = lzma.open if str(path).endswith(".xz") else open
+    try:
+        with opener(path, "rt", newline="") as file:
+            rows = list(csv.reader(file))
+    except (lzma.LZMAError, UnicodeDecodeError, csv.Error, EOFError) as error:
+        raise ValueError(f"{path}: cannot be read as CSV ({error})") from None
+    if len(rows) < 3 or rows[0][:1] != ["Kernel Name"] or "Address" not in rows[1]:
+        raise ValueError(f"{path}: not ncu's SASS source page as CSV (--page source --csv --print-source sass)")
+    header = rows[1]
+    address, source = header.index("Address"), header.index("Source")
+    samples = header.index("Warp Stall Sampling (All Samples)")
+    reasons = {name[len("stall_"):]: i for i, name in enumerate(header)
+               if name.startswith("stall_") and "(Not Issued)" not in name}
+    try:
+        base = int(rows[2][address], 16)
+        instructions = [Instruction(int(row[address], 16) - base, row[source].strip(), int(row[samples] or 0),
+                                    {name: int(row[i] or 0) for name, i in reasons.items() if (row[i] or "0") != "0"})
+                        for row in rows[2:] if len(row) == len(header)]
+    except ValueError as error:
+        raise ValueError(f"{path}: a row that is not ncu's numbers ({error})") from None
+    return rows[0][1], instructions
+
+
+def barrier_waits(instructions: list[Instruction]) -> dict[str, tuple[int, int]]:
+    """Samples per waited-on thing: ``mbarrier <address operand offset>`` (the TRYWAIT and the branch on its
+    predicate that follows it), ``wgmma`` (WARPGROUP.DEPBAR), ``named barrier`` (BAR.SYNC / BAR.ARV waits).
+    Value: (samples, sites)."""
+    waits: dict[str, list[int]] = {}
+
+    def add(key: str, samples: int) -> None:
+        entry = waits.setdefault(key, [0, 0])
+        entry[0] += samples
+        entry[1] += 1
+
+    pending: tuple[str, str] | None = None  # (predicate, barrier key) of the last TRYWAIT
+    for instruction in instructions:
+        sass = instruction.sass
+        match = _TRYWAIT.search(sass)
+        branch = _BRANCH_ON.match(sass)
+        if match:
+            offset = _OFFSET.search(match.group(2).replace("URZ", "").rstrip("+ "))
+            key = f"mbarrier +{offset.group(1) if offset else match.group(2)}"
+            pending = (match.group(1).lstrip("!"), key)
+            add(key, instruction.samples)
+        elif branch and pending and branch.group(1) == pending[0]:
+            waits[pending[1]][0] += instruction.samples
+            pending = None
+        else:
+            if "WARPGROUP.DEPBAR" in sass:
+                add("wgmma (WARPGROUP.DEPBAR)", instruction.samples)
+            elif sass.startswith("BAR.") or " BAR." in sass:
+                add("named barrier (BAR)", instruction.samples)
+            if sass and not sass.startswith("NOP"):
+                pending = None
+    return {key: (samples, sites) for key, (samples, sites) in waits.items()}
+
+
+def format_stalls(path: Path, top: int = 20) -> str:
+    """Two markdown tables: the ``top`` instructions by samples, and the waits by barrier."""
+    from tabulate import tabulate
+
+    kernel, instructions = read_source_csv(path)
+    total = sum(instruction.samples for instruction in instructions) or 1
+    busiest = sorted(instructions, key=lambda instruction: -instruction.samples)[:top]
+    rows = [(f"{instruction.offset:#x}", f"{100 * instruction.samples / total:.1f}", instruction.sass[:72],
+             ", ".join(f"{name} {count}" for name, count in
+                       sorted(instruction.reasons.items(), key=lambda item: -item[1])[:2]))
+            for instruction in busiest]
+    waits = sorted(barrier_waits(instructions).items(), key=lambda item: -item[1][0])
+    wait_rows = [(key, f"{100 * samples / total:.1f}", sites) for key, (samples, sites) in waits]
+    return "\n".join([
+        f"# {kernel}: {total} stall samples over {len(instructions)} SASS instructions ({path.name})", "",
+        tabulate(rows, headers=("offset", "% samples", "SASS", "top reasons"), tablefmt="github"), "",
+        tabulate(wait_rows, headers=("waits on", "% samples", "sites"), tablefmt="github"), ""])
