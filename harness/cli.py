@@ -8,6 +8,7 @@
     vk decode    the DDTree decode loop on an MLA model (Kimi-K2 shaped), per-phase step times
     vk decode-report  decode records -> markdown table and plots
     vk env       the environment a record would carry
+    vk stalls    where a kernel's warps wait, from ncu's per-instruction stall samples
     vk predict   predicted time of a config on an arch; vk predict-fit fits and validates the predictor
 """
 
