@@ -27,15 +27,23 @@ class Instruction:
     reasons: dict[str, int]  # stall reason -> samples, all samples (issued or not)
 
 
-def read_source_csv(path: Path) -> tuple[str, list[Instruction]]:
-    """The kernel's name and its instructions, in address order."""
+def read_source_csv(path: Path) -> list[tuple[str, list[Instruction]]]:
+    """Each kernel of the file (ncu prints one block per kernel): its name and its instructions, in address
+    order."""
     opener = lzma.open if str(path).endswith(".xz") else open
     try:
         with opener(path, "rt", newline="") as file:
             rows = list(csv.reader(file))
     except (lzma.LZMAError, UnicodeDecodeError, csv.Error, EOFError) as error:
         raise ValueError(f"{path}: cannot be read as CSV ({error})") from None
-    if len(rows) < 3 or rows[0][:1] != ["Kernel Name"] or "Address" not in rows[1]:
+    starts = [i for i, row in enumerate(rows) if row[:1] == ["Kernel Name"]]
+    if not rows or starts[:1] != [0]:
+        raise ValueError(f"{path}: not ncu's SASS source page as CSV (--page source --csv --print-source sass)")
+    return [_read_kernel(path, rows[start:end]) for start, end in zip(starts, starts[1:] + [len(rows)])]
+
+
+def _read_kernel(path: Path, rows: list[list[str]]) -> tuple[str, list[Instruction]]:
+    if len(rows) < 3 or "Address" not in rows[1]:
         raise ValueError(f"{path}: not ncu's SASS source page as CSV (--page source --csv --print-source sass)")
     header = rows[1]
     address, source = header.index("Address"), header.index("Source")
@@ -87,19 +95,22 @@ def barrier_waits(instructions: list[Instruction]) -> dict[str, tuple[int, int]]
 
 
 def format_stalls(path: Path, top: int = 20) -> str:
-    """Two markdown tables: the ``top`` instructions by samples, and the waits by barrier."""
+    """Per kernel of the file, two markdown tables: the ``top`` instructions by samples, and the waits by
+    barrier."""
     from tabulate import tabulate
 
-    kernel, instructions = read_source_csv(path)
-    total = sum(instruction.samples for instruction in instructions) or 1
-    busiest = sorted(instructions, key=lambda instruction: -instruction.samples)[:top]
-    rows = [(f"{instruction.offset:#x}", f"{100 * instruction.samples / total:.1f}", instruction.sass[:72],
-             ", ".join(f"{name} {count}" for name, count in
-                       sorted(instruction.reasons.items(), key=lambda item: -item[1])[:2]))
-            for instruction in busiest]
-    waits = sorted(barrier_waits(instructions).items(), key=lambda item: -item[1][0])
-    wait_rows = [(key, f"{100 * samples / total:.1f}", sites) for key, (samples, sites) in waits]
-    return "\n".join([
-        f"# {kernel}: {total} stall samples over {len(instructions)} SASS instructions ({path.name})", "",
-        tabulate(rows, headers=("offset", "% samples", "SASS", "top reasons"), tablefmt="github"), "",
-        tabulate(wait_rows, headers=("waits on", "% samples", "sites"), tablefmt="github"), ""])
+    parts = []
+    for kernel, instructions in read_source_csv(path):
+        total = sum(instruction.samples for instruction in instructions) or 1
+        busiest = sorted(instructions, key=lambda instruction: -instruction.samples)[:top]
+        rows = [(f"{instruction.offset:#x}", f"{100 * instruction.samples / total:.1f}", instruction.sass[:72],
+                 ", ".join(f"{name} {count}" for name, count in
+                           sorted(instruction.reasons.items(), key=lambda item: -item[1])[:2]))
+                for instruction in busiest]
+        waits = sorted(barrier_waits(instructions).items(), key=lambda item: -item[1][0])
+        wait_rows = [(key, f"{100 * samples / total:.1f}", sites) for key, (samples, sites) in waits]
+        parts += [f"# {kernel[:120]}: {total} stall samples over {len(instructions)} SASS instructions "
+                  f"({path.name})", "",
+                  tabulate(rows, headers=("offset", "% samples", "SASS", "top reasons"), tablefmt="github"), "",
+                  tabulate(wait_rows, headers=("waits on", "% samples", "sites"), tablefmt="github"), ""]
+    return "\n".join(parts)

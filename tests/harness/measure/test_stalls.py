@@ -15,13 +15,21 @@ RECORD = (Path(__file__).parents[3] / "results" / "ncu"
 
 
 def test_record_waits_match_the_hand_reading():
-    kernel, instructions = read_source_csv(RECORD)
+    [(kernel, instructions)] = read_source_csv(RECORD)
     assert kernel == "_sym_verify_kernel"
     total = sum(instruction.samples for instruction in instructions)
     waits = barrier_waits(instructions)
     samples, sites = waits["mbarrier +0x387e0"]
     assert round(100 * samples / total, 1) == 5.7 and sites == 2
     assert max(waits, key=lambda key: waits[key][0]) == "wgmma (WARPGROUP.DEPBAR)"
+
+
+def test_every_kernel_of_a_file():
+    kernels = read_source_csv(RECORD.with_name(RECORD.name.replace("sym_verify", "mla")))
+    assert [name.split("(")[0].split("<")[0].split()[-1] for name, _ in kernels] == [
+        "smxx::decode::get_mla_metadata_kernel", "sm90::flash_fwd_splitkv_mla_kernel",
+        "smxx::decode::flash_fwd_mla_combine_kernel"]
+    assert all(instructions for _, instructions in kernels)
 
 
 def test_branch_counts_only_for_its_own_predicate():
