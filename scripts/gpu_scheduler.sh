@@ -44,7 +44,8 @@
 #   crowded   the units rule's crowded allowance (a long request among many short ones): cuda_qreg as sm_120's proxy
 #             at waves 1 and 2 and its spans default, on the batches whose plan it changes, no peers; first at OLD (a
 #             tree of an earlier commit, OLD_COMMIT its hash) where given, then here
-#                                                  -> results/bench/crowded-at-<commit>-<gpu>.jsonl (one file per tree)
+#                                                  -> results/bench/crowded-at-<commit>-<gpu>.jsonl, and OLD's
+#                                                     crowded-at-<old>-beside-<commit>-<gpu>.jsonl
 #   plan-sanitize  compute-sanitizer memcheck of the planner's plan kernel alone (the Triton `_plan_kernel`) under
 #             the planner's tests, the crowded batches among them
 #                                                  -> results/sanitizer/variants/memcheck-plan-kernel-at-<commit>-<gpu>.txt
@@ -57,7 +58,8 @@
 #             requests                             -> results/bench/sym-at-<commit>-<gpu>.jsonl
 #   sym-ab    gluon_wgmma_sym of an earlier tree (OLD, its hash OLD_COMMIT) first, then this tree's beside gluon_wgmma_ws
 #             and FlashMLA: the five ragged batches and 185000 / 64 / 8
-#                                                  -> results/bench/sym-ab-at-<commit>-<gpu>.jsonl (one file per tree)
+#                                                  -> results/bench/sym-ab-at-<commit>-<gpu>.jsonl, and OLD's
+#                                                     sym-ab-at-<old>-beside-<commit>-<gpu>.jsonl
 #   sym-counters  gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA under ncu (vk bench --counters): the
 #             16-request batch, the 8 equal requests and 185000 / 64 / 8  -> results/bench/sym-counters-at-<commit>-<gpu>.jsonl
 #   timeline  the short trees' kernel timeline of gluon_wgmma_ws beside FlashMLA, with the bf16-partials experiment
@@ -217,7 +219,7 @@ for item in "$@"; do
         tail -n 4 "${records%.jsonl}.txt"
       }
       if [ -n "${OLD:-}" ]; then
-        records="$PWD/results/bench/crowded-at-$(echo "$OLD_COMMIT" | cut -c1-7)-$sku.jsonl"
+        records="$PWD/results/bench/crowded-at-$(echo "$OLD_COMMIT" | cut -c1-7)-beside-${at#at-}-$sku.jsonl"
         (export PYTHONPATH="${PYTHONPATH/$PWD/$OLD}" VK_GIT_COMMIT=$OLD_COMMIT; cd "$OLD" && crowded_bench)
       fi
       records="results/bench/crowded-$at-$sku.jsonl"; crowded_bench; pack ;;
@@ -259,7 +261,8 @@ for item in "$@"; do
         bench --prefix 185000 --tree 64 --heads 8
       }
       if [ -n "${OLD:-}" ]; then
-        (ours=gluon_wgmma_sym; peers=""; records="$PWD/results/bench/sym-ab-at-$(echo "$OLD_COMMIT" | cut -c1-7)-$sku.jsonl"
+        (ours=gluon_wgmma_sym; peers=""  # a file per pair of trees: --resume never skips OLD's points of an earlier call
+         records="$PWD/results/bench/sym-ab-at-$(echo "$OLD_COMMIT" | cut -c1-7)-beside-${at#at-}-$sku.jsonl"
          export PYTHONPATH="${PYTHONPATH/$PWD/$OLD}" VK_GIT_COMMIT=$OLD_COMMIT; cd "$OLD" && sym_ab_bench)
       fi
       ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-ab-$at-$sku.jsonl"
