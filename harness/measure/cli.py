@@ -57,7 +57,8 @@ def cmd_index(args) -> int:
 def cmd_stalls(args) -> int:
     for path in args.csv:
         if not path.is_file():
-            raise SystemExit(f"vk stalls: no such file: {path}")
+            raise SystemExit(f"vk stalls: {path}: " + ("a folder, expected ncu's CSV file" if path.is_dir()
+                                                        else "no such file"))
         try:
             print(format_stalls(path, top=args.top))
         except ValueError as error:

@@ -79,6 +79,7 @@ CASES = [
     (("decode-report", "truncated.jsonl"), "truncated.jsonl:2"),
     (("decode-report", "missing.jsonl"), "no such file"),
     (("stalls", "missing.csv"), "no such file"),
+    (("stalls", "."), "a folder"),
     (("stalls", "text.jsonl"), "not ncu's SASS source page"),
     (("stalls", "empty.jsonl"), "not ncu's SASS source page"),
     (("stalls", "broken.xz"), "cannot be read as CSV"),
