@@ -1,9 +1,10 @@
 """Where a kernel's warps wait, from ncu's per-SASS-instruction stall samples.
 
 Input: the CSV that ``ncu -i REP --page source --csv --print-source sass`` prints (plain or ``.xz``), as
-``experiments/sym/ncu_stalls.sh`` writes it. Output: the instructions with the most samples, and the samples summed
-per mbarrier (every ``SYNCS...TRYWAIT`` on one shared-memory address, with the ``@!P BRA`` right after it that waits
-for its answer, in line or in the out-of-line retry loop) and per kind of wait (wgmma, named barrier).
+``experiments/sym/ncu_stalls.sh`` writes it, or one kernel's columns after ``#`` comment lines (older records).
+Output: the instructions with the most samples, and the samples summed per mbarrier (every ``SYNCS...TRYWAIT``
+on one shared-memory address, with the ``@!P BRA`` right after it that waits for its answer, in line or in the
+out-of-line retry loop) and per kind of wait (wgmma, named barrier).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 _TRYWAIT = re.compile(r"SYNCS\.PHASECHK\S*TRYWAIT\s+(!?P\d)\s*,\s*\[([^\]]+)\]")
 _BRANCH_ON = re.compile(r"^@!?(P\d)\s+BRA\b")
 _OFFSET = re.compile(r"(0x[0-9a-f]+)\s*$")
+_WRITES_PREDICATE = re.compile(r"^(?:@!?U?P\w+\s+)?[A-Z][\w.]*\s+(P\d)\s*,")  # e.g. ISETP.NE.AND P0, ...
+_BRANCH_WINDOW = 24  # instructions between a TRYWAIT and the branch on its answer (cuda_qreg: 11)
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,9 @@ def read_source_csv(path: Path) -> list[tuple[str, list[Instruction]]]:
             rows = list(csv.reader(file))
     except (lzma.LZMAError, UnicodeDecodeError, csv.Error, EOFError) as error:
         raise ValueError(f"{path}: cannot be read as CSV ({error})") from None
+    rows = [row for row in rows if row and not row[0].startswith("#")]  # our records' comment lines
+    if rows and rows[0][:1] == ["Address"]:  # one kernel's columns without ncu's name line (cut records)
+        rows.insert(0, ["Kernel Name", path.name])
     starts = [i for i, row in enumerate(rows) if row[:1] == ["Kernel Name"]]
     if not rows or starts[:1] != [0]:
         raise ValueError(f"{path}: not ncu's SASS source page as CSV (--page source --csv --print-source sass)")
@@ -61,9 +67,11 @@ def _read_kernel(path: Path, rows: list[list[str]]) -> tuple[str, list[Instructi
 
 
 def barrier_waits(instructions: list[Instruction]) -> dict[str, tuple[int, int]]:
-    """Samples per waited-on thing: ``mbarrier <address operand offset>`` (the TRYWAIT and the branch on its
-    predicate that follows it), ``wgmma`` (WARPGROUP.DEPBAR), ``named barrier`` (BAR.SYNC / BAR.ARV waits).
-    Value: (samples, sites)."""
+    """Samples per waited-on thing, value (samples, sites): ``mbarrier <address>`` (the TRYWAIT, and the branch on
+    its predicate that waits for its answer: the next one within ``_BRANCH_WINDOW`` instructions, unless the
+    predicate is written first), ``wgmma (WARPGROUP.DEPBAR)``, ``named barrier (BAR.SYNC)`` (ncu puts a warp
+    waiting at BAR.SYNC on the instruction after it: that one's ``barrier`` samples), keyed ``before <mbarrier>``
+    where that instruction is a TRYWAIT."""
     waits: dict[str, list[int]] = {}
 
     def add(key: str, samples: int) -> None:
@@ -71,26 +79,36 @@ def barrier_waits(instructions: list[Instruction]) -> dict[str, tuple[int, int]]
         entry[0] += samples
         entry[1] += 1
 
-    pending: tuple[str, str] | None = None  # (predicate, barrier key) of the last TRYWAIT
+    pending: tuple[str, str, int] | None = None  # (predicate, barrier key, instructions left) of the last TRYWAIT
+    bar_samples = None  # the BAR.SYNC just before: its own samples
     for instruction in instructions:
         sass = instruction.sass
         match = _TRYWAIT.search(sass)
-        branch = _BRANCH_ON.match(sass)
         if match:
             offset = _OFFSET.search(match.group(2).replace("URZ", "").rstrip("+ "))
-            key = f"mbarrier +{offset.group(1) if offset else match.group(2)}"
-            pending = (match.group(1).lstrip("!"), key)
-            add(key, instruction.samples)
-        elif branch and pending and branch.group(1) == pending[0]:
-            waits[pending[1]][0] += instruction.samples
-            pending = None
-        else:
-            if "WARPGROUP.DEPBAR" in sass:
-                add("wgmma (WARPGROUP.DEPBAR)", instruction.samples)
-            elif sass.startswith("BAR.") or " BAR." in sass:
-                add("named barrier (BAR)", instruction.samples)
-            if sass and not sass.startswith("NOP"):
+            key = f"mbarrier +{offset.group(1)}" if offset else f"mbarrier [{match.group(2)}]"
+        own = instruction.samples  # its samples less those of a warp still at the BAR.SYNC before it
+        if bar_samples is not None:  # (the compiler puts one before many TRYWAITs: the warps' skew there)
+            own -= instruction.reasons.get("barrier", 0)
+            add("named barrier (BAR.SYNC)" + (f" before {key}" if match else ""), bar_samples + instruction.samples
+                - own)
+        bar_samples = instruction.samples if "BAR.SYNC" in sass and "WARPGROUP" not in sass else None
+        if match:
+            pending = (match.group(1).lstrip("!"), key, _BRANCH_WINDOW)
+            add(key, own)
+            continue
+        if "WARPGROUP.DEPBAR" in sass:
+            add("wgmma (WARPGROUP.DEPBAR)", own)
+        if pending:
+            branch = _BRANCH_ON.match(sass)
+            written = _WRITES_PREDICATE.match(sass)
+            if branch and branch.group(1) == pending[0]:
+                waits[pending[1]][0] += instruction.samples
                 pending = None
+            elif (written and written.group(1) == pending[0]) or pending[2] <= 1:
+                pending = None
+            else:
+                pending = (pending[0], pending[1], pending[2] - 1)
     return {key: (samples, sites) for key, (samples, sites) in waits.items()}
 
 

@@ -21,6 +21,10 @@ def test_record_waits_match_the_hand_reading():
     waits = barrier_waits(instructions)
     samples, sites = waits["mbarrier +0x387e0"]
     assert round(100 * samples / total, 1) == 5.7 and sites == 2
+    [(_, qreg)] = read_source_csv(RECORD.parents[0] / "cuda_qreg-131072-64-8-sm_90-default-sass-nvidia-h200.csv")
+    qreg_total = sum(instruction.samples for instruction in qreg)
+    qreg_waits = barrier_waits(qreg)  # its ring's wait branches 11 instructions after the TRYWAIT
+    assert round(100 * qreg_waits["mbarrier [R141+UR9]"][0] / qreg_total) == 19
     assert max(waits, key=lambda key: waits[key][0]) == "wgmma (WARPGROUP.DEPBAR)"
 
 
@@ -32,13 +36,38 @@ def test_every_kernel_of_a_file():
     assert all(instructions for _, instructions in kernels)
 
 
+def test_a_cut_record_with_comment_lines():
+    """The older records keep one kernel's columns after a comment line, without ncu's name line."""
+    path = RECORD.parents[0] / "cuda_qreg-131072-64-8-sm_90-default-sass-nvidia-h200.csv"
+    [(kernel, instructions)] = read_source_csv(path)
+    assert kernel == path.name and sum(instruction.samples for instruction in instructions) > 0
+
+
 def test_branch_counts_only_for_its_own_predicate():
+    """A branch on the TRYWAIT's predicate counts for its barrier, a few instructions later too; a branch on
+    another predicate, or on the same one after it was written again, does not."""
     instructions = [Instruction(0, "SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [R4+URZ+0x100], R3", 5, {}),
-                    Instruction(16, "@!P2  BRA 0x7f00", 7, {}),
-                    Instruction(32, "SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR4+0x108], R0", 1, {}),
-                    Instruction(48, "IADD3 R1, R1, 0x1, RZ", 3, {}),
-                    Instruction(64, "@!P1  BRA 0x7f10", 9, {})]
-    assert barrier_waits(instructions) == {"mbarrier +0x100": (12, 1), "mbarrier +0x108": (1, 1)}
+                    Instruction(16, "@!P1  BRA 0x7f00", 4, {}),
+                    Instruction(32, "@!P2  BRA 0x7f00", 7, {}),
+                    Instruction(48, "SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR4+0x108], R0", 1, {}),
+                    Instruction(64, "IADD3 R1, R1, 0x1, RZ", 3, {}),
+                    Instruction(80, "@!P1  BRA 0x7f10", 9, {}),
+                    Instruction(96, "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R141+UR9], R140", 2, {}),
+                    Instruction(112, "ISETP.NE.AND P0, PT, R2, RZ, PT", 3, {}),
+                    Instruction(128, "@!P0  BRA 0x7f20", 6, {})]
+    assert barrier_waits(instructions) == {"mbarrier +0x100": (12, 1), "mbarrier +0x108": (10, 1),
+                                           "mbarrier [R141+UR9]": (2, 1)}
+
+
+def test_named_barrier_waits_sit_on_the_next_instruction():
+    instructions = [Instruction(0, "BAR.SYNC.DEFER_BLOCKING R230, 0x80", 2, {}),
+                    Instruction(16, "LDS.128 R140, [R227+0x24880]", 50, {"barrier": 45, "wait": 5}),
+                    Instruction(32, "WARPGROUP.DEPBAR.LE gsb0, 0x0", 30, {"barrier": 30}),
+                    Instruction(48, "BAR.SYNC.DEFER_BLOCKING 0x2, 0x80", 1, {}),
+                    Instruction(64, "SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [R4+URZ+0x387c0], R3", 9, {"barrier": 8})]
+    assert barrier_waits(instructions) == {"named barrier (BAR.SYNC)": (47, 1), "wgmma (WARPGROUP.DEPBAR)": (30, 1),
+                                           "named barrier (BAR.SYNC) before mbarrier +0x387c0": (9, 1),
+                                           "mbarrier +0x387c0": (1, 1)}
 
 
 def test_refuses_a_file_that_is_not_the_source_page(tmp_path, capsys):
