@@ -24,7 +24,8 @@
 #             scripts/gpu_peers_env.sh; the record's resolved config says so)
 #                                                        -> results/bench/portable-proxy-sm120-<gpu>.jsonl
 #   ncu       counters of one call at 131072 / 64 / 8, both defaults, or $QREG_NCU ("label=JSON ...", the JSON
-#             over the arch named by the label's first part)              -> results/ncu/cuda_qreg-*-<gpu>.txt
+#             over the arch named by the label's first part), and the stall samples per SASS instruction (`vk stalls`)
+#                                                  -> results/ncu/cuda_qreg-*-<gpu>.txt, .sass.csv.xz
 # Usage (repository root): bash scripts/gpu_portable.sh SECONDS STEP[:SECONDS]...
 . scripts/gpu_env.sh
 deadline=$(( $(date +%s) + ${1:?SECONDS} )); shift
@@ -124,11 +125,15 @@ for item in "$@"; do
         log="results/ncu/cuda_qreg-131072-64-8-$label-$sku.txt"
         { echo "commit ${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; echo "config $config"; } > "$log"
         spec="{\"variant\": \"cuda_qreg\", \"prefix_len\": 131072, \"tree_nodes\": 64, \"heads\": 8, \"page_size\": 64, \"config\": $config, \"seed\": 0}"
+        rep=/tmp/qreg-ncu-$label; rm -f "$rep.ncu-rep"
         timeout -k 5 "$(( $(left) / 2 ))" ncu --clock-control none --nvtx --nvtx-include vk_counters/ --kernel-name verify_qreg \
           --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-          --section WarpStateStats --section Occupancy --section SchedulerStats \
+          --section WarpStateStats --section Occupancy --section SchedulerStats --section SourceCounters -o "$rep" \
           --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_lg_throttle.ratio \
           python3 -m harness.bench.counters_target "$spec" >> "$log" 2>&1
+        ncu -i "$rep.ncu-rep" --page details >> "$log" 2>&1
+        ncu -i "$rep.ncu-rep" --page source --csv --print-source sass 2> /dev/null | xz -6 > "${log%.txt}.sass.csv.xz"
+        python3 -m harness stalls --top 6 "${log%.txt}.sass.csv.xz" | tail -n 10  # the waits per barrier
         grep -E "^config|hmma|wavefronts_mem_shared|stalled|Duration|Registers Per|Achieved Active Warps|Shared Memory Conf" "$log" | cut -c1-120
       done; pack ;;
     *) echo "unknown step $step" >&2 ;;
