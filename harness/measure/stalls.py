@@ -19,6 +19,7 @@ _TRYWAIT = re.compile(r"SYNCS\.PHASECHK\S*TRYWAIT\s+(!?P\d)\s*,\s*\[([^\]]+)\]")
 _BRANCH_ON = re.compile(r"^@!?(P\d)\s+BRA\b")
 _OFFSET = re.compile(r"(0x[0-9a-f]+)\s*$")
 _WRITES_PREDICATE = re.compile(r"^(?:@!?U?P\w+\s+)?[A-Z][\w.]*\s+(P\d)\s*,")  # e.g. ISETP.NE.AND P0, ...
+_BAR_SYNC = re.compile(r"(^|\s)BAR\.SYNC\b")  # a named barrier's wait (not WARPGROUP.DEPBAR, not MEMBAR)
 _BRANCH_WINDOW = 24  # instructions between a TRYWAIT and the branch on its answer (cuda_qreg: 11)
 
 
@@ -89,10 +90,10 @@ def barrier_waits(instructions: list[Instruction]) -> dict[str, tuple[int, int]]
             key = f"mbarrier +{offset.group(1)}" if offset else f"mbarrier [{match.group(2)}]"
         own = instruction.samples  # its samples less those of a warp still at the BAR.SYNC before it
         if bar_samples is not None:  # (the compiler puts one before many TRYWAITs: the warps' skew there)
-            own -= instruction.reasons.get("barrier", 0)
-            add("named barrier (BAR.SYNC)" + (f" before {key}" if match else ""), bar_samples + instruction.samples
-                - own)
-        bar_samples = instruction.samples if "BAR.SYNC" in sass and "WARPGROUP" not in sass else None
+            at_bar = instruction.reasons.get("barrier", 0)
+            own -= at_bar
+            add("named barrier (BAR.SYNC)" + (f" before {key}" if match else ""), bar_samples + at_bar)
+        bar_samples = instruction.samples if _BAR_SYNC.search(sass) else None
         if match:
             pending = (match.group(1).lstrip("!"), key, _BRANCH_WINDOW)
             add(key, own)
