@@ -23,6 +23,10 @@ RAGGED_EQUAL=65536,65536,65536,65536,65536,65536,65536,65536
 RAGGED_SIXTEEN=262144,0,100,1000,3000,5000,9000,20000,40000,700,64,2048,4096,12000,30000,60000
 RAGGED_SIX=100000,50000,25000,12000,6000,3000
 pack() { tar czf "$OUT/results.tgz" "${@:-results}"; }
+# sass_samples REPORT OUT.csv.xz [ncu -i flags]: a report's stall samples per SASS instruction (`vk stalls` reads them)
+sass_samples() {
+  ncu -i "$1" "${@:3}" --page source --csv --print-source sass 2> /dev/null | xz -6 > "$2"
+}
 # One `vk bench` call the way the device scripts time side by side: chain trees (causal-only peers run them),
 # page 64, graph replay, 100 ms a point, resumable; records to OUT (JSONL), the table to OUT's .txt; cut at SECONDS.
 #   bench_chain SECONDS OUT [vk bench flags...]

@@ -132,7 +132,7 @@ for item in "$@"; do
           --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_lg_throttle.ratio \
           python3 -m harness.bench.counters_target "$spec" >> "$log" 2>&1
         ncu -i "$rep.ncu-rep" --page details >> "$log" 2>&1
-        ncu -i "$rep.ncu-rep" --page source --csv --print-source sass 2> /dev/null | xz -6 > "${log%.txt}.sass.csv.xz"
+        sass_samples "$rep.ncu-rep" "${log%.txt}.sass.csv.xz"
         python3 -m harness stalls --top 6 "${log%.txt}.sass.csv.xz" | tail -n 10  # the waits per barrier
         grep -E "^config|hmma|wavefronts_mem_shared|stalled|Duration|Registers Per|Achieved Active Warps|Shared Memory Conf" "$log" | cut -c1-120
       done; pack ;;

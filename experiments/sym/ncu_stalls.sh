@@ -38,8 +38,7 @@ echo "ncu rc=$?"
 ncu -i "$rep.ncu-rep" --page details >> "$out.txt" 2>&1
 grep -hE '^  [a-zA-Z_]|Duration|Issued Ipc|No Eligible|Warp Cycles Per Issued|Active Warps' "$out.txt" | head -n 40
 for kernel in sym_verify ws_verify mla; do
-  ncu -i "$rep.ncu-rep" --kernel-name regex:"$kernel" --page source --csv --print-source sass 2> /dev/null \
-    | xz -6 > "$out.sass-$kernel.csv.xz"
+  sass_samples "$rep.ncu-rep" "$out.sass-$kernel.csv.xz" --kernel-name regex:"$kernel"
   echo "$kernel: $(xz -dc "$out.sass-$kernel.csv.xz" | wc -l) SASS rows"
 done
 pack
