@@ -8,20 +8,19 @@ the tiles of a segment go in pairs (2j, 2j + 1) to warpgroups (0, 1), and each w
 work per pair:
 
 - warpgroup w: S_w = Q K_w^T of its tile (m64nBLOCK_N, k 576) and its part of the softmax. Warpgroup 0
-  folds its tile's row max into the running max and hands over that max and its rescale factor
-  (``scale0``, ``p0_ready``); warpgroup 1 folds its own tile in and hands back the final max, the factor
-  from warpgroup 0's max to it (``scale1``) and its P in the final max (``p1_ready``); warpgroup 0 then
-  hands over its P rescaled to the final max (``pa_ready``, FlashMLA's ``wg0_scale_rP0``).
+  folds its tile's row max into the running max and hands over that max, its rescale factor (``scale0``)
+  and its P in that max (``p0_ready``); warpgroup 1 folds its own tile in and hands back the final max,
+  the factor from warpgroup 0's max to it (``scale1``) and its P in the final max (``p1_ready``).
 - warpgroup w then owns columns [w * 256, +256) of O for both tiles: warpgroup 0 runs P_0 V_0 from
-  registers (in its tile's max), then P_1 V_1 from shared memory; warpgroup 1 rescales O once and runs
-  P_1 V_1 from registers, then P_0 V_0 from shared memory (FlashMLA's ``wg1_subroutine`` order). So one
-  warpgroup's softmax runs while the other's wgmma do, and each warpgroup's own tile is freed first.
+  registers, then P_1 V_1 from shared memory; warpgroup 1 runs P_0 V_0 from shared memory as soon as it
+  has it, under its own softmax, then P_1 V_1 from registers. So one warpgroup's softmax runs while
+  the other's wgmma do, and the first tile's stage is free early.
 - stages are fixed: stage 0 holds the pair's first tile, stage 1 its second. Each warpgroup copies the
   KV columns it reads as V: warpgroup 0 columns [0, 256), warpgroup 1 columns [256, 576) (its V half and
   the rope). A half is reloaded for the next pair once its copier's P V of it is done; the S that also
-  read it came before the P that P V waited for, so no "free" barrier is needed. Warpgroup 0's columns of
-  stage 0 are reloaded right after its first P V, warpgroup 1's of stage 1 right after its first P V (one
-  P V ahead of its next S, which reads them), and the other two halves at the pair's end (in pieces: below).
+  read it came before the P that P V waited for, so no "free" barrier is needed. Stage 0 is reloaded
+  right after the first P Vs (the next pair's first S has about half a pair of lead); stage 1 at the
+  pair's end, and warpgroup 1's next S waits for it while warpgroup 0 runs its S and softmax (in pieces: below).
 
 CTA: 64 query rows (row r = node * H + head) against its work of the plan (planner.py), as in
 ``gluon_wgmma_ws``: a span of the batch's tiles walked segment by segment, or one unit. Shared memory at
@@ -31,7 +30,7 @@ columns [512, 576) stay in each warpgroup's registers (FlashMLA's ``rQ8``), whic
 second P tile fit. Barriers (mbarriers), phases counted over the CTA's pairs: ready[stage * 3 + piece],
 a stage's columns [0, 256) (warpgroup 0's copy), [256, 384) and [384, 576) (warpgroup 1's, in two pieces as
 FlashMLA copies a block in nine: the S of the tile warpgroup 1 refilled last starts before all of it has landed;
-one arrival per thread of the copying warpgroup and the TMA byte count), q_ready, p0 / p1 / pa (the hand-offs
+one arrival per thread of the copying warpgroup and the TMA byte count), q_ready, p0 / p1 (the hand-offs
 above), sums (the row sums of both at a segment's end).
 
 A segment with an odd tile count leaves warpgroup 1 no tile in its last pair: it folds nothing into the
@@ -210,7 +209,7 @@ def _q_rope(Q, request, row_block, num_rows, H, stride_qb, stride_qt, stride_qh,
 
 @gluon.jit
 def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_ready, p0_ready,
-               p1_ready, pa_ready, sums_ready, KV, lo_desc, hi_desc, rope_desc, BlockTable, Plan,
+               p1_ready, sums_ready, KV, lo_desc, hi_desc, rope_desc, BlockTable, Plan,
                PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2, stride_qb, stride_qt, stride_qh,
                stride_table_b, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, begin, end,
                first_unit, segments, first_request, T, H, B, WG: gl.constexpr, PAGE_SIZE: gl.constexpr,
@@ -280,15 +279,17 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     scale0 = gl.exp2(m_run - m_safe)
                     p = gl.exp2(scores - gl.expand_dims(m_safe, 1))
                     sum_a = gl.sum(p, 1)
-                    # The first tile's max and scale0: warpgroup 1 folds its tile in at once.
+                    p_a = p.to(q_lo.dtype)
+                    # P of the first tile in the first tile's max, with that max and scale0: warpgroup 1 starts
+                    # its P V of this tile at once, before its own softmax.
                     row_smem[0].store(m_first)
                     row_smem[1].store(scale0)
+                    p_smem.index(sa).store(p_a)
+                    fence_async_shared()
                     cta_barrier()
                     mbarrier.arrive(p0_ready)
-                    # Its own P V of the first tile, P in the first tile's max from registers.
                     acc = acc * gl.expand_dims(gl.convert_layout(scale0, o_rows), 1)
-                    acc = warpgroup_mma(gl.convert_layout(p.to(q_lo.dtype), p_operand), kv_lo.index(sa), acc,
-                                        is_async=True)
+                    acc = warpgroup_mma(gl.convert_layout(p_a, p_operand), kv_lo.index(sa), acc, is_async=True)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                     if next_pair:  # stage 0's columns [0, 256) are read (this S and P V): the next pair's first tile
                         _load_stage(kv_lo, kv_hi, kv_rope, ready, sa, KV, lo_desc, hi_desc, rope_desc, table,
@@ -297,12 +298,6 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     scale1 = row_smem[3].load(s_rows)
                     m_run = row_smem[2].load(s_rows)
                     l_run = l_run * (scale0 * scale1) + sum_a * scale1
-                    # The first tile's P in the pair's final max, for warpgroup 1's P V of it (FlashMLA's
-                    # wg0_scale_rP0: warpgroup 1 rescales its O once, before both of its P Vs).
-                    p_smem.index(sa).store((p * gl.expand_dims(scale1, 1)).to(q_lo.dtype))
-                    fence_async_shared()
-                    cta_barrier()
-                    mbarrier.arrive(pa_ready)
                     acc = acc * gl.expand_dims(gl.convert_layout(scale1, o_rows), 1)
                     _wait_own_half(ready, sb, phase, WG)  # (on an odd last tile: empty)
                     if has_b:  # the second tile's P V (an async accumulator may not leave a branch)
@@ -317,6 +312,10 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     mbarrier.wait(p0_ready, phase)
                     m_first = row_smem[0].load(s_rows)
                     scale0 = row_smem[1].load(s_rows)
+                    # The first tile's P V first, in the first tile's max; it runs under this softmax.
+                    acc = acc * gl.expand_dims(gl.convert_layout(scale0, o_rows), 1)
+                    _wait_own_half(ready, sa, phase, WG)
+                    acc = warpgroup_mma(p_smem.index(sa), kv_hi.index(sa), acc, is_async=True)
                     if has_b:
                         scores = masked_scores(s, scale_log2, start + (j + 1) * BLOCK_N, prefix_len, seq_len,
                                                mask_rows, row_valid, BLOCK_N, s_layout)
@@ -338,23 +337,18 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     fence_async_shared()
                     cta_barrier()
                     mbarrier.arrive(p1_ready)  # (without a second tile too: it completes once a pair)
-                    # Both P Vs in the pair's final max: O rescaled once; its own tile first (P in registers),
-                    # so that its stage is refilled one P V ahead of the next pair's S that reads it.
-                    acc = acc * gl.expand_dims(gl.convert_layout(scale0 * scale1, o_rows), 1)
+                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                    if next_pair:  # stage 0's columns [256, 576) are read (its S, then this P V)
+                        _load_stage(kv_lo, kv_hi, kv_rope, ready, sa, KV, lo_desc, hi_desc, rope_desc, table,
+                                    start + (j + 2) * BLOCK_N, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
+                    acc = acc * gl.expand_dims(gl.convert_layout(scale1, o_rows), 1)
                     _wait_own_half(ready, sb, phase, WG)  # (on an odd last tile: empty)
                     if has_b:
                         acc = warpgroup_mma(gl.convert_layout(p_b, p_operand), kv_hi.index(sb), acc, is_async=True)
                         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                    if next_pair:  # stage 1's columns [256, 576) are read (its S, then this P V)
+                    if next_pair:  # stage 1's columns [256, 576) are read: the next pair's second tile
                         _fill_stage(kv_lo, kv_hi, kv_rope, ready, sb, j + 3, n, KV, lo_desc, hi_desc, rope_desc,
                                     table, start, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
-                    mbarrier.wait(pa_ready, phase)
-                    _wait_own_half(ready, sa, phase, WG)
-                    acc = warpgroup_mma(p_smem.index(sa), kv_hi.index(sa), acc, is_async=True)
-                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                    if next_pair:  # stage 0's columns [256, 576) are read: the next pair's first tile
-                        _load_stage(kv_lo, kv_hi, kv_rope, ready, sa, KV, lo_desc, hi_desc, rope_desc, table,
-                                    start + (j + 2) * BLOCK_N, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                 c += 1
             # The row sums of both warpgroups, in the last pair's max: each hands its own over.
             row_smem[4 + WG].store(l_run)
@@ -407,14 +401,12 @@ def _sym_verify_kernel(
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p0_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     p1_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    pa_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     sums_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     for i in gl.static_range(6):
         mbarrier.init(ready.index(i), count=COPY_THREADS)  # TMA: 1 with the byte count + 127; cp.async: 1 each
     mbarrier.init(q_ready, count=1)
     mbarrier.init(p0_ready, count=1)
     mbarrier.init(p1_ready, count=1)
-    mbarrier.init(pa_ready, count=1)
     mbarrier.init(sums_ready, count=2)  # one per warpgroup
     fence_async_shared()
     cta_barrier()
@@ -427,13 +419,13 @@ def _sym_verify_kernel(
     # would hand the constexprs over as plain ints, which warp_specialize cannot pass to a worker).
     gl.warp_specialize([
         (_warpgroup, (Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_ready, p0_ready,
-                      p1_ready, pa_ready, sums_ready, KV, LoDesc, HiDesc, RopeDesc, BlockTable, Plan,
+                      p1_ready, sums_ready, KV, LoDesc, HiDesc, RopeDesc, BlockTable, Plan,
                       PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2, stride_qb, stride_qt, stride_qh,
                       stride_table_b, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, begin,
                       end, first_unit, segments, first_request, T, H, B, WARPGROUP_0, PAGE_SIZE, BLOCK_N, GAPS, DV,
                       DR)),
         (_warpgroup, (Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_ready, p0_ready,
-                      p1_ready, pa_ready, sums_ready, KV, LoDesc, HiDesc, RopeDesc, BlockTable, Plan,
+                      p1_ready, sums_ready, KV, LoDesc, HiDesc, RopeDesc, BlockTable, Plan,
                       PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2, stride_qb, stride_qt, stride_qh,
                       stride_table_b, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, begin,
                       end, first_unit, segments, first_request, T, H, B, WARPGROUP_1, PAGE_SIZE, BLOCK_N, GAPS, DV,
