@@ -60,6 +60,9 @@
 #             and FlashMLA: the five ragged batches and 185000 / 64 / 8
 #                                                  -> results/bench/sym-ab-at-<commit>-<gpu>.jsonl, and OLD's
 #                                                     sym-ab-at-<old>-beside-<commit>-<gpu>.jsonl
+#   sym-heldout  gluon_wgmma_sym and gluon_wgmma_ws at their defaults beside FlashMLA on shapes no sm_90 key was tuned at
+#             (three ragged batches, four single requests): which of the two auto should pick there (vk tuned --explain)
+#                                                  -> results/bench/sym-heldout-at-<commit>-<gpu>.jsonl
 #   sym-counters  gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA under ncu (vk bench --counters): the
 #             16-request batch, the 8 equal requests and 185000 / 64 / 8  -> results/bench/sym-counters-at-<commit>-<gpu>.jsonl
 #   timeline  the short trees' kernel timeline of gluon_wgmma_ws beside FlashMLA, with the bf16-partials experiment
@@ -267,6 +270,16 @@ for item in "$@"; do
       fi
       ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-ab-$at-$sku.jsonl"
       sym_ab_bench; pack ;;
+    sym-heldout)
+      ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-heldout-$at-$sku.jsonl"
+      bench --ragged 50000,3000,3000,3000,3000,3000,3000,3000,3000,3000,3000,3000 --tree 64 --heads 8
+      bench --ragged $RAGGED_SIX --tree 32 --heads 16
+      bench --ragged $RAGGED_EQUAL --tree 64 --heads 8
+      bench --prefix 65536 --tree 32 --heads 8
+      bench --prefix 16384 --tree 16 --heads 16
+      bench --prefix 8192 --tree 64 --heads 8
+      bench --prefix 185000 --tree 128 --heads 16
+      pack ;;
     sym-counters)
       ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-counters-$at-$sku.jsonl"
       bench --ragged $RAGGED_SIXTEEN --tree 128 --heads 8 --counters
