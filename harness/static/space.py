@@ -95,6 +95,17 @@ def load_space(variant: str, arch: str) -> dict:
 
 def _read_space(path: Path, module: ModuleType, variant: str, arch: str) -> dict:
     space = yaml.safe_load(path.read_text())
+    if "same_as" in space:
+        # Another variant's space, whole (tunables, constraints, arch sections), for a kernel with the same
+        # config keys: written once. Constant names (BLOCK_N: BLOCK_N_CHOICES) resolve against this variant.
+        other = SPACES_DIR / f"{space['same_as']}.yaml"
+        if not other.exists():
+            raise ValueError(f"search space {path.name}: same_as names {space['same_as']!r}, which has no "
+                             f"{other.name} in {SPACES_DIR}")
+        base = yaml.safe_load(other.read_text())
+        if "same_as" in base:
+            raise ValueError(f"search space {path.name}: same_as names {other.name}, which is itself a same_as")
+        space = {**base, **{k: v for k, v in space.items() if k != "same_as"}}
     for name, values in space["tunables"].items():
         # A tunable may name the variant's constant that holds its values (BLOCK_N: BLOCK_N_CHOICES),
         # so a rule the kernel enforces is written once.

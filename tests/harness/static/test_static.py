@@ -213,3 +213,23 @@ def test_the_static_cache_keys_the_spans_rule_apart(tmp_path, monkeypatch):
     assert spans and len(spans) < len({key(c.config) for c in result if c.feasible}), "both rules in the space"
     assert {key(c) for c in compiled if planner.walks_spans(c)} == spans
     assert all(c["kv_splits"] == 0 and c["waves"] in (planner.SPANS, 1) for c in compiled), compiled
+
+
+def test_a_space_with_same_as_is_the_other_variants_space_under_its_own_name(tmp_path, monkeypatch):
+    """gluon_wgmma_sym's file says `same_as: gluon_wgmma_ws` (its config keys are ws's): the space is ws's, whole, with
+    its own variant name; a same_as naming no file, or a chain of them, is refused with the file's name."""
+    from harness.static import space
+
+    sym, ws = space.load_space("gluon_wgmma_sym", "sm_90"), space.load_space("gluon_wgmma_ws", "sm_90")
+    assert sym["variant"] == "gluon_wgmma_sym" and "same_as" not in sym
+    assert {k: v for k, v in sym.items() if k != "variant"} == {k: v for k, v in ws.items() if k != "variant"}
+    assert sym["tunables"]["BLOCK_N"] == [32, 64]  # the constant name resolved, not copied as text
+
+    monkeypatch.setattr(space, "SPACES_DIR", tmp_path)
+    (tmp_path / "gluon_wgmma_sym.yaml").write_text("variant: gluon_wgmma_sym\nsame_as: no_such_variant\n")
+    with pytest.raises(ValueError, match="same_as names 'no_such_variant'"):
+        space.load_space("gluon_wgmma_sym", "sm_90")
+    (tmp_path / "gluon_wgmma_ws.yaml").write_text("variant: gluon_wgmma_ws\nsame_as: gluon_wgmma\n")
+    (tmp_path / "gluon_wgmma_sym.yaml").write_text("variant: gluon_wgmma_sym\nsame_as: gluon_wgmma_ws\n")
+    with pytest.raises(ValueError, match="itself a same_as"):
+        space.load_space("gluon_wgmma_sym", "sm_90")
