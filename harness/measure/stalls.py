@@ -2,9 +2,10 @@
 
 Input: the CSV that ``ncu -i REP --page source --csv --print-source sass`` prints (plain or ``.xz``), as
 ``experiments/sym/ncu_stalls.sh`` writes it, or one kernel's columns after ``#`` comment lines (older records).
-Output: the instructions with the most samples, and the samples summed per mbarrier (every ``SYNCS...TRYWAIT``
-on one shared-memory address, with the ``@!P BRA`` right after it that waits for its answer, in line or in the
-out-of-line retry loop) and per kind of wait (wgmma, named barrier).
+Output: the kernel's code size (its instructions, and those in loops where the file has ncu's execution counts),
+the samples per stall reason, the instructions with the most samples, and the samples summed per mbarrier (every
+``SYNCS...TRYWAIT`` on one shared-memory address, with the ``@!P BRA`` right after it that waits for its answer, in
+line or in the out-of-line retry loop) and per kind of wait (wgmma, named barrier).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Instruction:
     sass: str
     samples: int
     reasons: dict[str, int]  # stall reason -> samples, all samples (issued or not)
+    executed: int = 0  # warp instructions executed (ncu's "Instructions Executed"; 0 where the file has none)
 
 
 def read_source_csv(path: Path) -> list[tuple[str, list[Instruction]]]:
@@ -55,12 +57,14 @@ def _read_kernel(path: Path, rows: list[list[str]]) -> tuple[str, list[Instructi
     header = rows[1]
     address, source = header.index("Address"), header.index("Source")
     samples = header.index("Warp Stall Sampling (All Samples)")
+    executed = header.index("Instructions Executed") if "Instructions Executed" in header else None
     reasons = {name[len("stall_"):]: i for i, name in enumerate(header)
                if name.startswith("stall_") and "(Not Issued)" not in name}
     try:
         base = int(rows[2][address], 16)
         instructions = [Instruction(int(row[address], 16) - base, row[source].strip(), int(row[samples] or 0),
-                                    {name: int(row[i] or 0) for name, i in reasons.items() if (row[i] or "0") != "0"})
+                                    {name: int(row[i] or 0) for name, i in reasons.items() if (row[i] or "0") != "0"},
+                                    int(row[executed] or 0) if executed is not None else 0)
                         for row in rows[2:] if len(row) == len(header)]
     except ValueError as error:
         raise ValueError(f"{path}: a row that is not ncu's numbers ({error})") from None
@@ -113,14 +117,37 @@ def barrier_waits(instructions: list[Instruction]) -> dict[str, tuple[int, int]]
     return {key: (samples, sites) for key, (samples, sites) in waits.items()}
 
 
+def code_size(instructions: list[Instruction]) -> str:
+    """The kernel's instructions and bytes (16 a Hopper or Blackwell SASS instruction), and those in loops: executed
+    more often than its first instruction, which every warp runs once (the tile loops, and the waits' retry loops:
+    the code the instruction cache must hold while the kernel runs)."""
+    line = f"{len(instructions)} SASS instructions ({16 * len(instructions) / 1024:.1f} KB)"
+    once = instructions[0].executed if instructions else 0
+    if once:
+        looped = sum(1 for instruction in instructions if instruction.executed > once)
+        line += f", {looped} in loops ({16 * looped / 1024:.1f} KB: executed more than once a warp)"
+    return line
+
+
+def reason_totals(instructions: list[Instruction]) -> dict[str, int]:
+    """Samples per stall reason over the kernel, most first."""
+    totals: dict[str, int] = {}
+    for instruction in instructions:
+        for name, count in instruction.reasons.items():
+            totals[name] = totals.get(name, 0) + count
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
 def format_stalls(path: Path, top: int = 20) -> str:
-    """Per kernel of the file, two markdown tables: the ``top`` instructions by samples, and the waits by
-    barrier."""
+    """Per kernel of the file: its code size, then three markdown tables: the samples per stall reason, the ``top``
+    instructions by samples, and the waits by barrier."""
     from tabulate import tabulate
 
     parts = []
     for kernel, instructions in read_source_csv(path):
         total = sum(instruction.samples for instruction in instructions) or 1
+        reason_rows = [(name, f"{100 * count / total:.1f}", count)
+                       for name, count in list(reason_totals(instructions).items())[:top]]
         busiest = sorted(instructions, key=lambda instruction: -instruction.samples)[:top]
         rows = [(f"{instruction.offset:#x}", f"{100 * instruction.samples / total:.1f}", instruction.sass[:72],
                  ", ".join(f"{name} {count}" for name, count in
@@ -129,7 +156,8 @@ def format_stalls(path: Path, top: int = 20) -> str:
         waits = sorted(barrier_waits(instructions).items(), key=lambda item: -item[1][0])
         wait_rows = [(key, f"{100 * samples / total:.1f}", sites) for key, (samples, sites) in waits]
         parts += [f"# {kernel[:120]}: {total} stall samples over {len(instructions)} SASS instructions "
-                  f"({path.name})", "",
+                  f"({path.name})", "", f"Code: {code_size(instructions)}", "",
+                  tabulate(reason_rows, headers=("stall reason", "% samples", "samples"), tablefmt="github"), "",
                   tabulate(rows, headers=("offset", "% samples", "SASS", "top reasons"), tablefmt="github"), "",
                   tabulate(wait_rows, headers=("waits on", "% samples", "sites"), tablefmt="github"), ""]
     return "\n".join(parts)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.measure.stalls import Instruction, barrier_waits, read_source_csv
+from harness.measure.stalls import Instruction, barrier_waits, code_size, read_source_csv, reason_totals
 
 RECORD = (Path(__file__).parents[3] / "results" / "ncu"
           / "sym-stalls-at-e6602f1-nvidia-h100-80gb-hbm3.sass-sym_verify.csv.xz")
@@ -26,6 +26,20 @@ def test_record_waits_match_the_hand_reading():
     qreg_waits = barrier_waits(qreg)  # its ring's wait branches 11 instructions after the TRYWAIT
     assert round(100 * qreg_waits["mbarrier [R141+UR9]"][0] / qreg_total) == 19
     assert max(waits, key=lambda key: waits[key][0]) == "wgmma (WARPGROUP.DEPBAR)"
+
+
+def test_code_size_counts_the_instructions_in_loops_and_reasons_sum_per_kernel():
+    """Loops: the instructions executed more often than the first one (every warp runs it once); a file without
+    execution counts gives the size alone. The reasons' totals come most first and never exceed the samples."""
+    [(_, instructions)] = read_source_csv(RECORD)
+    assert code_size(instructions) == ("8720 SASS instructions (136.2 KB), 1669 in loops (26.1 KB: executed more "
+                                       "than once a warp)")
+    totals = reason_totals(instructions)
+    assert list(totals.values()) == sorted(totals.values(), reverse=True)
+    assert 0 < sum(totals.values()) <= sum(instruction.samples for instruction in instructions)
+    bare = [Instruction(0, "LDC R1, c[0x0][0x28]", 1, {"wait": 1}), Instruction(16, "EXIT", 2, {"selected": 2})]
+    assert code_size(bare) == "2 SASS instructions (0.0 KB)"
+    assert reason_totals(bare) == {"selected": 2, "wait": 1}
 
 
 def test_every_kernel_of_a_file():
