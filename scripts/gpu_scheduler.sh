@@ -80,6 +80,9 @@ records="results/bench/scheduler-$sku.jsonl"; mkdir -p results/bench results/rep
 at="at-$(echo "${VK_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | cut -c1-7)"
 ours="gluon_wgmma_ws cuda_ws triton_splitkv"
 peers=${PEERS-flash_mla flashinfer_fa3 flashinfer_fa2}  # PEERS=flash_mla: no FlashInfer JIT (a cold cache costs minutes)
+old_records() {  # STEP: OLD's records of STEP, a file per pair of trees (--resume never skips OLD's points of an earlier call)
+  echo "$PWD/results/bench/$1-at-$(echo "$OLD_COMMIT" | cut -c1-7)-beside-${at#at-}-$sku.jsonl"
+}
 bench() {  # the shape flags of one group of points
   bench_chain "$(left)" "$records" --variants $ours --peers $peers "$@"
   tail -n 3 "${records%.jsonl}.txt"
@@ -222,7 +225,7 @@ for item in "$@"; do
         tail -n 4 "${records%.jsonl}.txt"
       }
       if [ -n "${OLD:-}" ]; then
-        records="$PWD/results/bench/crowded-at-$(echo "$OLD_COMMIT" | cut -c1-7)-beside-${at#at-}-$sku.jsonl"
+        records=$(old_records crowded)
         (export PYTHONPATH="${PYTHONPATH/$PWD/$OLD}" VK_GIT_COMMIT=$OLD_COMMIT; cd "$OLD" && crowded_bench)
       fi
       records="results/bench/crowded-$at-$sku.jsonl"; crowded_bench; pack ;;
@@ -264,8 +267,7 @@ for item in "$@"; do
         bench --prefix 185000 --tree 64 --heads 8
       }
       if [ -n "${OLD:-}" ]; then
-        (ours=gluon_wgmma_sym; peers=""  # a file per pair of trees: --resume never skips OLD's points of an earlier call
-         records="$PWD/results/bench/sym-ab-at-$(echo "$OLD_COMMIT" | cut -c1-7)-beside-${at#at-}-$sku.jsonl"
+        (ours=gluon_wgmma_sym; peers=""; records=$(old_records sym-ab)
          export PYTHONPATH="${PYTHONPATH/$PWD/$OLD}" VK_GIT_COMMIT=$OLD_COMMIT; cd "$OLD" && sym_ab_bench)
       fi
       ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-ab-$at-$sku.jsonl"
