@@ -98,3 +98,15 @@ def spills_in_tile_loops(sass_text: str) -> list[str]:
                  if not any((low, high) != (a, b) and low <= a and b <= high for a, b in with_mma)]
     return [text for address, text in instructions
             if re.search(r"\b(LDL|STL)\b", text) and any(low <= address <= high for low, high in innermost)]
+
+
+def wgmma_serialized(sass_text: str) -> bool:
+    """Whether ptxas serialized the kernel's wgmma (its C7514 "Potential Performance Loss: wgmma.mma_async
+    instructions are serialized"): it then waits after every HGMMA (a ``WARPGROUP.DEPBAR`` each), where a
+    pipelined kernel waits once a group of them (gluon_wgmma_sym: 88 HGMMA, 6 waits; serialized, 88).
+    ptxas does it, with no error, when it cannot prove that no other instruction reads a pending
+    accumulator: e.g. a wait for all but the newest group that retires a wgmma issued in the loop's
+    previous iteration (notes/2026-12-07-symmetric-warpgroups.md, "v5")."""
+    hgmma = len(re.findall(r"\bHGMMA\.", sass_text))
+    return hgmma > 0 and len(re.findall(r"\bWARPGROUP\.DEPBAR\b", sass_text)) >= hgmma
+

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from harness.static.sass import cuobjdump_path, spills_in_tile_loops
+from harness.static.sass import cuobjdump_path, spills_in_tile_loops, wgmma_serialized
 
 LISTING = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -36,6 +36,17 @@ def test_only_spills_inside_the_innermost_mma_loop_count():
     assert spills_in_tile_loops(inside) == ["LDL R5, [R1+0x8]"]
 
 
+def test_serialized_wgmma_is_a_wait_after_every_hgmma():
+    pipelined = LISTING.replace("/*0050*/               @P0 BRA 0x40 ;",
+                                "/*0048*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\n"
+                                "        /*0050*/               @P0 BRA 0x40 ;")
+    assert not wgmma_serialized(pipelined)
+    serialized = pipelined.replace("/*0030*/                   LDL R2, [R1] ;",
+                                   "/*0030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;")
+    assert wgmma_serialized(serialized)
+    assert not wgmma_serialized("/*0000*/ EXIT ;")  # no wgmma at all
+
+
 # Kernels whose tile loops are spill-free only as the GPU host's Triton (3.6) compiles them: gluon_wgmma_sym's two
 # warpgroups hold 256 registers each, and Triton 3.9's allocation spills ~10 values of each warpgroup (CI compile,
 # 2026-12-07; results/notes/2026-12-07-symmetric-warpgroups.md). Under another Triton only the compile is checked.
@@ -57,15 +68,17 @@ def test_gluon_default_keeps_its_tile_loops_free_of_spills(variant, batch):
     """Compiled in a clean process: this test session runs Triton in interpreter mode, whose kernels
     (and, from Triton 3.9, the reductions a Gluon kernel calls) cannot be compiled. gluon_wgmma_sym's
     two warpgroups hold 256 registers each: a hoisted wgmma descriptor spills it (its module says how)."""
-    code = ("import dataclasses, json; from harness.static.sass import triton_sass, spills_in_tile_loops; "
+    code = ("import dataclasses, json; "
+            "from harness.static.sass import triton_sass, spills_in_tile_loops, wgmma_serialized; "
             f"from verify_kernels import {variant} as v; (spec,) = v.kernel_specs(v.DEFAULT_CONFIG); "
             "spec = dataclasses.replace(spec, "
             f"constexprs={{**spec.constexprs, 'B_POW2': {1 << (batch - 1).bit_length()}}}, "
             f"int_values={{**spec.int_values, 'B': {batch}}}); "
             "listing = triton_sass(spec, 'sm_90'); "
-            "print(json.dumps(['HGMMA' in listing, spills_in_tile_loops(listing)]))")
+            "print(json.dumps(['HGMMA' in listing, spills_in_tile_loops(listing), wgmma_serialized(listing)]))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert completed.returncode == 0, completed.stderr[-2000:]
-    has_mma, spills = json.loads(completed.stdout.strip().splitlines()[-1])
+    has_mma, spills, serialized = json.loads(completed.stdout.strip().splitlines()[-1])
     assert has_mma and (spills == [] or spills_expected(variant)), spills
+    assert not serialized, "ptxas serialized the wgmma (a wait after every HGMMA)"
