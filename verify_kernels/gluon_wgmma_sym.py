@@ -162,21 +162,15 @@ def _opaque_zero():
 
 
 @gluon.jit
-def _scores_first(q_lo, kv_lo, ready, stage, phase, s, zero, pred):
-    """The first k-tiles of S = Q K^T of the tile in ``stage`` (m64nBLOCK_N, columns [0, 256)), issued
-    and not waited for (``s``: any tile of S's shape, overwritten; ``zero``: ``_opaque_zero()``, Q's tile
-    index; ``pred`` false: no tile there, issued on whatever the stage holds without waiting, and the
-    result dropped). Columns [0, 256) first: in stage 0 they are refilled before the rest (warpgroup 0's
-    P V of its tile is the first to finish), and in stage 1 warpgroup 1 refills the rest right before its S."""
-    mbarrier.wait(ready.index(3 * stage), phase, pred=pred)
-    return warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-
-
-@gluon.jit
-def _scores_rest(q_hi, q_rope, kv_hi, kv_rope, ready, stage, phase, s, zero):
-    """The rest of S after ``_scores_first``: warpgroup 1's two pieces, each as soon as it has landed (ncu at
-    e6602f1, one barrier for the half: warpgroup 1 waited 4.3% of the samples for stage 1's). Returns once
-    S is in registers."""
+def _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, stage, phase, s, zero):
+    """S = Q K^T of the tile in ``stage`` (m64nBLOCK_N, k 576; ``s``: any tile of S's shape, overwritten;
+    ``zero``: ``_opaque_zero()``, Q's tile index). Columns [0, 256) first: in stage 0 they are refilled
+    before the rest (warpgroup 0's P V of its tile is the first to finish), and in stage 1 warpgroup 1
+    refills the rest right before its S; then warpgroup 1's two pieces, each as soon as it has landed
+    (ncu at e6602f1, one barrier for the half: warpgroup 1 waited 4.3% of the samples for stage 1's).
+    Returns once S is in registers."""
+    mbarrier.wait(ready.index(3 * stage), phase)
+    s = warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
     mbarrier.wait(ready.index(3 * stage + 1), phase)
     s = warpgroup_mma(q_hi.index(zero).slice(0, PIECE, dim=1),
                       kv_hi.index(stage).slice(0, PIECE, dim=1).permute((1, 0)), s, is_async=True)
@@ -266,9 +260,6 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
             else:
                 mbarrier.wait(q_ready, sg & 1)
             s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
-            if WG == 0:  # warpgroup 0 enters each pair with the first k-tiles of its S in flight
-                s0 = _opaque_zero()
-                s = _scores_first(q_lo, kv_lo, ready, s0, c & 1, s, s0, True)
             # One call site per wgmma of a warpgroup: every call site keeps its own shared-memory descriptors
             # live across the loop, and two sites of each spilled them.
             for j in range(0, n, 2):
@@ -280,7 +271,7 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                 has_b = j + 1 < n
                 next_pair = j + 2 < n  # (a next pair implies this one has a second tile)
                 if WG == 0:
-                    s = _scores_rest(q_hi, q_rope, kv_hi, kv_rope, ready, sa, phase, s, sa)
+                    s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sa, phase, s, sa)
                     scores = masked_scores(s, scale_log2, start + j * BLOCK_N, prefix_len, seq_len, mask_rows,
                                            row_valid, BLOCK_N, s_layout)
                     m_first = gl.maximum(m_run, gl.max(scores, 1))
@@ -309,23 +300,15 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     l_run = l_run * (scale0 * scale1) + sum_a * scale1
                     acc = acc * gl.expand_dims(gl.convert_layout(scale1, o_rows), 1)
                     _wait_own_half(ready, sb, phase, WG)  # (on an odd last tile: empty)
-                    # The second tile's P V, then at once the next pair's first k-tiles of S behind it (no
-                    # wait between them: the tensor pipe does not drain at the pair's turn), then wait for the
-                    # P V alone. Issued in one block with no branch: ptxas serializes every wgmma of the kernel
-                    # when a wait for all but the last group retires a group issued in the loop's last
-                    # iteration, or (as it did here) when the pending P V sits in a branch. So the P V runs
-                    # on an odd last tile too, with P zero (warpgroup 1 stores zeros) and V stage 0's tile,
-                    # which is finite; and after the last pair S's k-tiles run on stage 0 unwaited, dropped.
-                    acc = warpgroup_mma(p_smem.index(sb), kv_lo.index(sa + has_b.to(gl.int32)), acc, is_async=True)
-                    s = _scores_first(q_lo, kv_lo, ready, sa, (c + 1) & 1, s, sa, next_pair)
-                    acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+                    if has_b:  # the second tile's P V (an async accumulator may not leave a branch)
+                        acc = warpgroup_mma(p_smem.index(sb), kv_lo.index(sb), acc, is_async=True)
+                        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                     if next_pair:  # stage 1's columns [0, 256) are read: the next pair's second tile
                         _fill_stage(kv_lo, kv_hi, kv_rope, ready, sb, j + 3, n, KV, lo_desc, hi_desc, rope_desc,
                                     table, start, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                 else:
                     if has_b:  # S of the second tile while warpgroup 0 runs its S and softmax: it needs no max
-                        s = _scores_first(q_lo, kv_lo, ready, sb, phase, s, sa, True)
-                        s = _scores_rest(q_hi, q_rope, kv_hi, kv_rope, ready, sb, phase, s, sa)
+                        s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sb, phase, s, sa)
                     mbarrier.wait(p0_ready, phase)
                     m_first = row_smem[0].load(s_rows)
                     scale0 = row_smem[1].load(s_rows)
@@ -344,12 +327,13 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     else:  # no second tile: nothing to fold in
                         m_run = m_first
                         scale1 = gl.full([BLOCK_M], 1.0, gl.float32, layout=s_rows)
-                        p = gl.zeros_like(s)  # warpgroup 0's P V of the second tile adds nothing
+                        p = s
                         l_run = l_run * scale0
                     p_b = p.to(q_lo.dtype)
                     row_smem[2].store(m_run)
                     row_smem[3].store(scale1)
-                    p_smem.index(sb).store(p_b)
+                    if has_b:
+                        p_smem.index(sb).store(p_b)
                     fence_async_shared()
                     cta_barrier()
                     mbarrier.arrive(p1_ready)  # (without a second tile too: it completes once a pair)
@@ -366,8 +350,6 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                         _fill_stage(kv_lo, kv_hi, kv_rope, ready, sb, j + 3, n, KV, lo_desc, hi_desc, rope_desc,
                                     table, start, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                 c += 1
-            if WG == 0:  # the S issued after the last pair, dropped
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             # The row sums of both warpgroups, in the last pair's max: each hands its own over.
             row_smem[4 + WG].store(l_run)
             cta_barrier()
