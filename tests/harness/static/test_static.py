@@ -216,13 +216,16 @@ def test_the_static_cache_keys_the_spans_rule_apart(tmp_path, monkeypatch):
 
 
 def test_a_space_with_same_as_is_the_other_variants_space_under_its_own_name(tmp_path, monkeypatch):
-    """gluon_wgmma_sym's file says `same_as: gluon_wgmma_ws` (its config keys are ws's): the space is ws's, whole, with
-    its own variant name; a same_as naming no file, or a chain of them, is refused with the file's name."""
+    """gluon_wgmma_sym's file says `same_as: gluon_wgmma_ws` (its config keys are ws's and queue_s): the space is
+    ws's, whole, with its own variant name and its own tunable beside ws's; a same_as naming no file, or a chain of
+    them, is refused with the file's name."""
     from harness.static import space
 
     sym, ws = space.load_space("gluon_wgmma_sym", "sm_90"), space.load_space("gluon_wgmma_ws", "sm_90")
     assert sym["variant"] == "gluon_wgmma_sym" and "same_as" not in sym
-    assert {k: v for k, v in sym.items() if k != "variant"} == {k: v for k, v in ws.items() if k != "variant"}
+    assert sym["tunables"] == {**ws["tunables"], "queue_s": [0, 1]}
+    assert {k: v for k, v in sym.items() if k not in ("variant", "tunables")} == \
+        {k: v for k, v in ws.items() if k not in ("variant", "tunables")}
     assert sym["tunables"]["BLOCK_N"] == [32, 64]  # the constant name resolved, not copied as text
 
     monkeypatch.setattr(space, "SPACES_DIR", tmp_path)
