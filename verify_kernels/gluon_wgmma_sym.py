@@ -41,7 +41,7 @@ copied and masked to -inf in S; rows past T x H are clamped and not stored.
 Config ``queue_s`` 1 (v5; 0, the default, is the kernel measured before the key, the same PTX): warpgroup 0 ends a
 pair with its second P V, then at once the next pair's first k-tiles of S, then a wait for the P V alone, so
 its tensor work does not drain at the pair's turn (warpgroup 1's next S reads the stage its own last P V reads,
-so it cannot). Compiled only, not yet run on a GPU.
+so it cannot). Measured 1-6% slower than 0 at six of seven shapes on an H100 (notes, "Measured: v5").
 Hopper only (sm_90). Launches, plan and combine are ``gluon_wgmma_ws``'s (``launch_planned``).
 """
 
