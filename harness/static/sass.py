@@ -109,4 +109,3 @@ def wgmma_serialized(sass_text: str) -> bool:
     previous iteration (notes/2026-12-07-symmetric-warpgroups.md, "v5")."""
     hgmma = len(re.findall(r"\bHGMMA\.", sass_text))
     return hgmma > 0 and len(re.findall(r"\bWARPGROUP\.DEPBAR\b", sass_text)) >= hgmma
-

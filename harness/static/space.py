@@ -96,7 +96,7 @@ def load_space(variant: str, arch: str) -> dict:
 def _read_space(path: Path, module: ModuleType, variant: str, arch: str) -> dict:
     space = yaml.safe_load(path.read_text())
     if "same_as" in space:
-        # Another variant's space, whole (tunables, constraints, arch sections), for a kernel with its
+        # Another variant's space, whole (tunables, constraints, arch sections), for a kernel that shares its
         # config keys: written once. Constant names (BLOCK_N: BLOCK_N_CHOICES) resolve against this variant.
         other = SPACES_DIR / f"{space['same_as']}.yaml"
         if not other.exists():
@@ -105,7 +105,7 @@ def _read_space(path: Path, module: ModuleType, variant: str, arch: str) -> dict
         base = yaml.safe_load(other.read_text())
         if "same_as" in base:
             raise ValueError(f"search space {path.name}: same_as names {other.name}, which is itself a same_as")
-        # Tunables of its own join the other's: a key only this kernel has (gluon_wgmma_sym's queue_s).
+        # Tunables of its own join the other's: a key only this kernel searches.
         own = {k: v for k, v in space.items() if k != "same_as"}
         space = {**base, **own, "tunables": {**base["tunables"], **own.get("tunables", {})}}
     for name, values in space["tunables"].items():
