@@ -53,7 +53,8 @@
 #             hang or a wrong answer shows in seconds), then its oracle suite and graph replay, stopping at the first
 #             failure (SYM_FROM=n: from its n-th test on)  -> results/check/sym-test-at-<commit>-<gpu>{-smoke,,-from-n}.log
 #   sym-sanitize  compute-sanitizer memcheck, synccheck and racecheck of gluon_wgmma_sym on the sanitizer shapes
-#                                                  -> results/sanitizer/variants/<tool>-gluon_wgmma_sym-at-<commit>-<gpu>.txt
+#             (SYM_CONFIG='{"queue_s":1}': of that config; its name joins the log's)
+#                                                  -> results/sanitizer/variants/<tool>-gluon_wgmma_sym[-queue_s_1]-at-<commit>-<gpu>.txt
 #   sym-bench gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA: the five ragged batches, then issue 33's single
 #             requests                             -> results/bench/sym-at-<commit>-<gpu>.jsonl
 #   sym-ab    gluon_wgmma_sym of an earlier tree (OLD, its hash OLD_COMMIT) first, then this tree's beside gluon_wgmma_ws
@@ -254,9 +255,13 @@ for item in "$@"; do
       fi
       pytest_log "$log" "$(left)" -x "${tests[@]}"; pack ;;
     sym-sanitize)
+      name=gluon_wgmma_sym config=()
+      if [ -n "${SYM_CONFIG:-}" ]; then
+        name+=-$(echo "$SYM_CONFIG" | tr -d '{}" ' | tr ':,' '_-'); config=(--config "$SYM_CONFIG")
+      fi
       for tool in memcheck synccheck racecheck; do
-        sanitize_log "$tool" "results/sanitizer/variants/$tool-gluon_wgmma_sym-$at-$sku.txt" "$(( $(left) / 2 ))" \
-          gluon_wgmma_sym
+        sanitize_log "$tool" "results/sanitizer/variants/$tool-$name-$at-$sku.txt" "$(( $(left) / 2 ))" \
+          gluon_wgmma_sym "${config[@]}"
       done; pack ;;
     sym-bench)
       ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-$at-$sku.jsonl"
