@@ -53,18 +53,13 @@
 #             hang or a wrong answer shows in seconds), then its oracle suite and graph replay, stopping at the first
 #             failure (SYM_FROM=n: from its n-th test on)  -> results/check/sym-test-at-<commit>-<gpu>{-smoke,,-from-n}.log
 #   sym-sanitize  compute-sanitizer memcheck, synccheck and racecheck of gluon_wgmma_sym on the sanitizer shapes
-#             (SYM_CONFIG='{"queue_s":1}': of that config; its name joins the log's)
-#                                                  -> results/sanitizer/variants/<tool>-gluon_wgmma_sym[-queue_s_1]-at-<commit>-<gpu>.txt
+#                                                  -> results/sanitizer/variants/<tool>-gluon_wgmma_sym-at-<commit>-<gpu>.txt
 #   sym-bench gluon_wgmma_sym beside gluon_wgmma_ws and FlashMLA: the five ragged batches, then issue 33's single
 #             requests                             -> results/bench/sym-at-<commit>-<gpu>.jsonl
 #   sym-ab    gluon_wgmma_sym of an earlier tree (OLD, its hash OLD_COMMIT) first, then this tree's beside gluon_wgmma_ws
 #             and FlashMLA: the five ragged batches and 185000 / 64 / 8
 #                                                  -> results/bench/sym-ab-at-<commit>-<gpu>.jsonl, and OLD's
 #                                                     sym-ab-at-<old>-beside-<commit>-<gpu>.jsonl
-#   sym-queue gluon_wgmma_sym at queue_s 0 (v3) and 1 (v5: warpgroup 0's next S queued behind its last P V) in one
-#             process beside FlashMLA, then gluon_wgmma_ws: the five ragged batches, 185000 / 64 / 8 and 32768 / 16 / 8
-#             (run sym-test first: its oracle suite holds queue_s's check configs)
-#                                                  -> results/bench/sym-queue-at-<commit>-<gpu>.jsonl
 #   sym-heldout  gluon_wgmma_sym and gluon_wgmma_ws at their defaults beside FlashMLA on shapes no sm_90 key was tuned at
 #             (three ragged batches, four single requests): which of the two auto should pick there (vk tuned --explain)
 #                                                  -> results/bench/sym-heldout-at-<commit>-<gpu>.jsonl
@@ -255,13 +250,9 @@ for item in "$@"; do
       fi
       pytest_log "$log" "$(left)" -x "${tests[@]}"; pack ;;
     sym-sanitize)
-      name=gluon_wgmma_sym config=()
-      if [ -n "${SYM_CONFIG:-}" ]; then
-        name+=-$(echo "$SYM_CONFIG" | tr -d '{}" ' | tr ':,' '_-'); config=(--config "$SYM_CONFIG")
-      fi
       for tool in memcheck synccheck racecheck; do
-        sanitize_log "$tool" "results/sanitizer/variants/$tool-$name-$at-$sku.txt" "$(( $(left) / 2 ))" \
-          gluon_wgmma_sym "${config[@]}"
+        sanitize_log "$tool" "results/sanitizer/variants/$tool-gluon_wgmma_sym-$at-$sku.txt" "$(( $(left) / 2 ))" \
+          gluon_wgmma_sym
       done; pack ;;
     sym-bench)
       ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-$at-$sku.jsonl"
@@ -281,19 +272,6 @@ for item in "$@"; do
       fi
       ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-ab-$at-$sku.jsonl"
       sym_ab_bench; pack ;;
-    sym-queue)
-      records="results/bench/sym-queue-$at-$sku.jsonl"
-      sym_queue() {  # one point: both sym configs and FlashMLA, then ws
-        ours="gluon_wgmma_sym --config {\"queue_s\":0} --config {\"queue_s\":1}"; peers=flash_mla; bench "$@"
-        ours=gluon_wgmma_ws; peers=""; bench "$@"
-      }
-      for shape in "--ragged $RAGGED_SIXTEEN --tree 128 --heads 8" "--ragged $RAGGED_MIXED --tree 32 --heads 16" \
-                   "--ragged $RAGGED_LONG_AMONG_SHORT --tree 64 --heads 8" "--ragged $RAGGED_SIX --tree 16 --heads 64" \
-                   "--ragged $RAGGED_EQUAL --tree 16 --heads 16" "--prefix 185000 --tree 64 --heads 8" \
-                   "--prefix 32768 --tree 16 --heads 8"; do
-        sym_queue $shape
-      done
-      pack ;;
     sym-heldout)
       ours="gluon_wgmma_sym gluon_wgmma_ws"; peers=flash_mla; records="results/bench/sym-heldout-$at-$sku.jsonl"
       bench --ragged 50000,3000,3000,3000,3000,3000,3000,3000,3000,3000,3000,3000 --tree 64 --heads 8

@@ -38,17 +38,10 @@ max (scale1 = 1), neither warpgroup runs a P V on stage 1, and stage 1's barrier
 (each warpgroup waits for its own arrival there, as for every other), so that every barrier completes once a
 pair and its phase is the pair count's parity. Positions past the sequence are clamped to its last row when
 copied and masked to -inf in S; rows past T x H are clamped and not stored.
-Config ``queue_s`` 1 (v5; 0, the default, is the kernel measured before the key, the same PTX): warpgroup 0 ends a
-pair with its second P V, then at once the next pair's first k-tiles of S, then a wait for the P V alone, so
-its tensor work does not drain at the pair's turn (warpgroup 1's next S reads the stage its own last P V reads,
-so it cannot). Measured 1-6% slower than 0 at six of seven shapes on an H100 (notes, "Measured: v5").
 Hopper only (sm_90). Launches, plan and combine are ``gluon_wgmma_ws``'s (``launch_planned``).
 """
 
 from __future__ import annotations
-
-import dataclasses
-import functools
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -61,19 +54,12 @@ from .arch import load_arch
 from .gluon_common import (BLOCK_N_CHOICES, CHECK_PAGE_SIZES, CPU_INTERPRETABLE, PAGE_SIZES, copy_rows, cta_barrier,
                            cta_range, launch_dependents, masked_scores, pool_rows, segment_at, tma_async_load,
                            unsupported_reason, wait_for_prior_grids)
-from .gluon_wgmma_ws import DEFAULT_CONFIG, _descriptor_type, _store_half, _tile_layout, launch_planned
-from .gluon_wgmma_ws import OPTIONAL_CONFIG as _WS_OPTIONAL_CONFIG
-from .gluon_wgmma_ws import complete_config as _ws_complete_config
-from .gluon_wgmma_ws import planned_kernel_spec
+from .gluon_wgmma_ws import (DEFAULT_CONFIG, OPTIONAL_CONFIG, _descriptor_type, _store_half, _tile_layout,
+                             complete_config, launch_planned, planned_kernel_spec)
 
-# The same plan keys as gluon_wgmma_ws (the spans rule by default), and ``queue_s``: 1, warpgroup 0 issues the
-# next pair's first k-tiles of S right behind its second P V (v5, notes/2026-12-07-symmetric-warpgroups.md);
-# 0, the kernel as measured before the key existed (the same PTX).
-OPTIONAL_CONFIG = {**_WS_OPTIONAL_CONFIG, "queue_s": 0}
-# gluon_wgmma_ws's checks, and queue_s at both tile sizes (odd last tiles: the zero P) and with gaps.
+# The same plan keys as gluon_wgmma_ws (the spans rule by default) and its checks.
 CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8}, {"waves": 1}, {"segment_cost": 320},
-                 {"segment_cost": 320, "BLOCK_N": 32}, {"queue_s": 1}, {"queue_s": 1, "kv_splits": 3, "BLOCK_N": 32},
-                 {"queue_s": 1, "segment_cost": 320})
+                 {"segment_cost": 320, "BLOCK_N": 32})
 
 __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRETABLE", "DEFAULT_CONFIG",
            "OPTIONAL_CONFIG", "PAGE_SIZES", "complete_config", "kernel_specs", "offline_arch_problem", "run",
@@ -176,21 +162,15 @@ def _opaque_zero():
 
 
 @gluon.jit
-def _scores_first(q_lo, kv_lo, ready, stage, phase, s, zero, pred):
-    """The first k-tiles of S = Q K^T of the tile in ``stage`` (m64nBLOCK_N; columns [0, 256)), issued and
-    not waited for (``s``: any tile of S's shape, overwritten; ``zero``: ``_opaque_zero()``, Q's tile index;
-    ``pred`` false: no tile there, issued without waiting on whatever the stage holds, to be dropped).
-    Columns [0, 256) first: in stage 0 they are refilled before the rest (warpgroup 0's P V of its tile is
-    the first to finish), and in stage 1 warpgroup 1 refills the rest right before its S."""
-    mbarrier.wait(ready.index(3 * stage), phase, pred=pred)
-    return warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
-
-
-@gluon.jit
-def _scores_rest(q_hi, q_rope, kv_hi, kv_rope, ready, stage, phase, s, zero):
-    """The rest of S after ``_scores_first``: warpgroup 1's two pieces, each as soon as it has landed (ncu
-    at e6602f1, one barrier for the half: warpgroup 1 waited 4.3% of the samples for stage 1's). Returns
-    once S is in registers."""
+def _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, stage, phase, s, zero):
+    """S = Q K^T of the tile in ``stage`` (m64nBLOCK_N, k 576; ``s``: any tile of S's shape, overwritten;
+    ``zero``: ``_opaque_zero()``, Q's tile index). Columns [0, 256) first: in stage 0 they are refilled
+    before the rest (warpgroup 0's P V of its tile is the first to finish), and in stage 1 warpgroup 1
+    refills the rest right before its S; then warpgroup 1's two pieces, each as soon as it has landed
+    (ncu at e6602f1, one barrier for the half: warpgroup 1 waited 4.3% of the samples for stage 1's).
+    Returns once S is in registers."""
+    mbarrier.wait(ready.index(3 * stage), phase)
+    s = warpgroup_mma(q_lo.index(zero), kv_lo.index(stage).permute((1, 0)), s, use_acc=False, is_async=True)
     mbarrier.wait(ready.index(3 * stage + 1), phase)
     s = warpgroup_mma(q_hi.index(zero).slice(0, PIECE, dim=1),
                       kv_hi.index(stage).slice(0, PIECE, dim=1).permute((1, 0)), s, is_async=True)
@@ -233,11 +213,9 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2, stride_qb, stride_qt, stride_qh,
                stride_table_b, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, begin, end,
                first_unit, segments, first_request, T, H, B, WG: gl.constexpr, PAGE_SIZE: gl.constexpr,
-               BLOCK_N: gl.constexpr, GAPS: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr, QUEUE_S: gl.constexpr):
+               BLOCK_N: gl.constexpr, GAPS: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr):
     """One of the two symmetric warpgroups (WG 0 or 1): per segment its tiles of each pair, its half of
-    O for both, its row sums; warpgroup 0 also loads Q's shared tiles and writes the LSE. QUEUE_S
-    (config ``queue_s``): warpgroup 0 issues the next pair's first k-tiles of S right behind its second
-    P V, with no wait between them (below).
+    O for both, its row sums; warpgroup 0 also loads Q's shared tiles and writes the LSE.
 
     row_smem, six row vectors: 0 warpgroup 0's running max after its tile, 1 scale0, 2 the pair's final max,
     3 scale1, 4 / 5 the row sums of warpgroups 0 / 1 at a segment's end."""
@@ -282,10 +260,6 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
             else:
                 mbarrier.wait(q_ready, sg & 1)
             s = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
-            if WG == 0:
-                if QUEUE_S:  # warpgroup 0 enters each pair with the first k-tiles of its S in flight
-                    s0 = _opaque_zero()
-                    s = _scores_first(q_lo, kv_lo, ready, s0, c & 1, s, s0, True)
             # One call site per wgmma of a warpgroup: every call site keeps its own shared-memory descriptors
             # live across the loop, and two sites of each spilled them.
             for j in range(0, n, 2):
@@ -297,9 +271,7 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                 has_b = j + 1 < n
                 next_pair = j + 2 < n  # (a next pair implies this one has a second tile)
                 if WG == 0:
-                    if not QUEUE_S:
-                        s = _scores_first(q_lo, kv_lo, ready, sa, phase, s, sa, True)
-                    s = _scores_rest(q_hi, q_rope, kv_hi, kv_rope, ready, sa, phase, s, sa)
+                    s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sa, phase, s, sa)
                     scores = masked_scores(s, scale_log2, start + j * BLOCK_N, prefix_len, seq_len, mask_rows,
                                            row_valid, BLOCK_N, s_layout)
                     m_first = gl.maximum(m_run, gl.max(scores, 1))
@@ -328,29 +300,15 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     l_run = l_run * (scale0 * scale1) + sum_a * scale1
                     acc = acc * gl.expand_dims(gl.convert_layout(scale1, o_rows), 1)
                     _wait_own_half(ready, sb, phase, WG)  # (on an odd last tile: empty)
-                    if QUEUE_S:
-                        # The second tile's P V, then at once the next pair's first k-tiles of S behind it (the
-                        # tensor pipe does not drain at the pair's turn), then a wait for the P V alone. In one
-                        # block with no branch: ptxas serializes every wgmma of the kernel (C7514) when a
-                        # wait(1) retires a group issued in the loop's previous iteration, or when the pending
-                        # P V sits in a branch. So the P V runs on an odd last tile too, with P zero (warpgroup
-                        # 1 stores zeros) and V stage 0's tile (finite), adding nothing; after the last pair the
-                        # S k-tiles run on stage 0 unwaited and are dropped.
-                        acc = warpgroup_mma(p_smem.index(sb), kv_lo.index(sa + has_b.to(gl.int32)), acc,
-                                            is_async=True)
-                        s = _scores_first(q_lo, kv_lo, ready, sa, (c + 1) & 1, s, sa, next_pair)
-                        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-                    else:
-                        if has_b:  # the second tile's P V (an async accumulator may not leave a branch)
-                            acc = warpgroup_mma(p_smem.index(sb), kv_lo.index(sb), acc, is_async=True)
-                            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                    if has_b:  # the second tile's P V (an async accumulator may not leave a branch)
+                        acc = warpgroup_mma(p_smem.index(sb), kv_lo.index(sb), acc, is_async=True)
+                        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                     if next_pair:  # stage 1's columns [0, 256) are read: the next pair's second tile
                         _fill_stage(kv_lo, kv_hi, kv_rope, ready, sb, j + 3, n, KV, lo_desc, hi_desc, rope_desc,
                                     table, start, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                 else:
                     if has_b:  # S of the second tile while warpgroup 0 runs its S and softmax: it needs no max
-                        s = _scores_first(q_lo, kv_lo, ready, sb, phase, s, sa, True)
-                        s = _scores_rest(q_hi, q_rope, kv_hi, kv_rope, ready, sb, phase, s, sa)
+                        s = _scores(q_lo, q_hi, q_rope, kv_lo, kv_hi, kv_rope, ready, sb, phase, s, sa)
                     mbarrier.wait(p0_ready, phase)
                     m_first = row_smem[0].load(s_rows)
                     scale0 = row_smem[1].load(s_rows)
@@ -369,19 +327,13 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                     else:  # no second tile: nothing to fold in
                         m_run = m_first
                         scale1 = gl.full([BLOCK_M], 1.0, gl.float32, layout=s_rows)
-                        if QUEUE_S:  # warpgroup 0's P V of the missing tile reads it: it must add nothing
-                            p = gl.zeros_like(s)
-                        else:
-                            p = s
+                        p = s
                         l_run = l_run * scale0
                     p_b = p.to(q_lo.dtype)
                     row_smem[2].store(m_run)
                     row_smem[3].store(scale1)
-                    if QUEUE_S:
+                    if has_b:
                         p_smem.index(sb).store(p_b)
-                    else:
-                        if has_b:
-                            p_smem.index(sb).store(p_b)
                     fence_async_shared()
                     cta_barrier()
                     mbarrier.arrive(p1_ready)  # (without a second tile too: it completes once a pair)
@@ -398,9 +350,6 @@ def _warpgroup(Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_
                         _fill_stage(kv_lo, kv_hi, kv_rope, ready, sb, j + 3, n, KV, lo_desc, hi_desc, rope_desc,
                                     table, start, seq_len, WG, PAGE_SIZE, BLOCK_N, DV, DR)
                 c += 1
-            if WG == 0:
-                if QUEUE_S:  # the S k-tiles issued after the last pair, dropped
-                    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
             # The row sums of both warpgroups, in the last pair's max: each hands its own over.
             row_smem[4 + WG].store(l_run)
             cta_barrier()
@@ -425,7 +374,6 @@ def _sym_verify_kernel(
     T, H, B,
     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, DV: gl.constexpr, DR: gl.constexpr,
     B_POW2: gl.constexpr, SPANS: gl.constexpr, PDL: gl.constexpr, WORKER_REGS: gl.constexpr, GAPS: gl.constexpr,
-    QUEUE_S: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = 64
     dtype: gl.constexpr = KV.dtype.element_ty
@@ -475,13 +423,13 @@ def _sym_verify_kernel(
                       PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2, stride_qb, stride_qt, stride_qh,
                       stride_table_b, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, begin,
                       end, first_unit, segments, first_request, T, H, B, WARPGROUP_0, PAGE_SIZE, BLOCK_N, GAPS, DV,
-                      DR, QUEUE_S)),
+                      DR)),
         (_warpgroup, (Q, q_lo, q_hi, kv_lo, kv_hi, kv_rope, p_smem, row_smem, ready, q_ready, p0_ready,
                       p1_ready, sums_ready, KV, LoDesc, HiDesc, RopeDesc, BlockTable, Plan,
                       PrefixLens, TreeMask, Out, PartialOut, PartialLse, scale_log2, stride_qb, stride_qt, stride_qh,
                       stride_table_b, stride_mask_b, stride_mask_t, stride_ob, stride_ot, stride_oh, row_block, begin,
                       end, first_unit, segments, first_request, T, H, B, WARPGROUP_1, PAGE_SIZE, BLOCK_N, GAPS, DV,
-                      DR, QUEUE_S)),
+                      DR)),
     ], [4], [WORKER_REGS])
 
 
@@ -500,31 +448,12 @@ def kv_descriptors(kv_cache, block_n: int, v_dim: int):
                              _tile_layout(block_n, rope_dim, kv_cache.dtype)))
 
 
-def complete_config(config: dict, shape) -> dict:
-    """gluon_wgmma_ws's checks, and ``queue_s`` 0 or 1."""
-    if config.get("queue_s", 0) not in (0, 1):
-        raise ValueError(f"config: queue_s must be 0 or 1, got {config['queue_s']}")
-    return _ws_complete_config(config, shape)
-
-
-class _WithConstexprs:
-    """``kernel`` launched as ``launch_planned`` launches it, with ``constexprs`` added to every launch (the
-    shared launch names only gluon_wgmma_ws's)."""
-
-    def __init__(self, kernel, **constexprs):
-        self.kernel, self.constexprs = kernel, constexprs
-
-    def __getitem__(self, grid):
-        return functools.partial(self.kernel[grid], **self.constexprs)
-
-
 def run(q, kv_cache, block_table, prefix_lens, tree_mask, *, sm_scale, v_dim, out, config):
     """Plan on the device, launch the kernel, then the shared combine unless kv_splits = 1; ``out``
     written in place (``gluon_wgmma_ws.launch_planned``)."""
     if v_dim != 2 * HALF.value:
         raise ValueError(f"v_dim: gluon_wgmma_sym needs {2 * HALF.value}, got {v_dim}")
-    kernel = _WithConstexprs(_sym_verify_kernel, QUEUE_S=config.get("queue_s", 0))
-    launch_planned(kernel, kv_descriptors(kv_cache, config["BLOCK_N"], v_dim), q, kv_cache, block_table,
+    launch_planned(_sym_verify_kernel, kv_descriptors(kv_cache, config["BLOCK_N"], v_dim), q, kv_cache, block_table,
                    prefix_lens, tree_mask, sm_scale=sm_scale, v_dim=v_dim, out=out, config=config,
                    worker_regs=WORKER_REGISTERS)
 
@@ -537,10 +466,9 @@ def kernel_specs(config: dict, *, page_size: int = 64, dtype: str = "bf16", tree
     descriptors = {"LoDesc": _descriptor_type(dtype, block_n, HALF.value),
                    "HiDesc": _descriptor_type(dtype, block_n, PIECE.value),
                    "RopeDesc": _descriptor_type(dtype, block_n, 64)}
-    spec = planned_kernel_spec("sym_verify", _sym_verify_kernel, descriptors, config, WORKER_REGISTERS,
-                               page_size=page_size, dtype=dtype, tree_nodes=tree_nodes, heads=heads,
-                               table_pages=table_pages)
-    return [dataclasses.replace(spec, constexprs={**spec.constexprs, "QUEUE_S": config.get("queue_s", 0)})]
+    return [planned_kernel_spec("sym_verify", _sym_verify_kernel, descriptors, config, WORKER_REGISTERS,
+                                page_size=page_size, dtype=dtype, tree_nodes=tree_nodes, heads=heads,
+                                table_pages=table_pages)]
 
 
 def offline_arch_problem(arch: str) -> str | None:

@@ -38,32 +38,3 @@ def test_cuda_qreg_empty_bars_per_arch():
     assert variants.defaults_for(module, "sm_120")["EMPTY_BARS"] == 0
     assert "EMPTY_BARS" not in module.macros(variants.defaults_for(module, "sm_120"))  # compiles as before the key
     assert module.macros(variants.defaults_for(module, "sm_90"))["EMPTY_BARS"] == 1
-
-
-def test_gluon_wgmma_sym_queue_s_is_0_or_1_and_its_default_compiles_as_before():
-    """queue_s (warpgroup 0's next S behind its last P V) is an optional key: 0 or 1, anything else refused
-    before a launch; at 0 the static spec sets QUEUE_S 0, the kernel whose PTX the key left alone
-    (scripts/kernel_ptx_digest.py at bc549e1 against the commit that added it)."""
-    module = variants.load_variant("gluon_wgmma_sym")
-    problem = make_problem(100, 8, 8, device="cpu", seed=0)
-    shape = check_arguments(*problem.arguments(), **problem.kwargs())
-    assert "queue_s" not in variants.resolve_config("gluon_wgmma_sym", module, None, shape)
-    assert variants.resolve_config("gluon_wgmma_sym", module, {"queue_s": 1}, shape)["queue_s"] == 1
-    with pytest.raises(ValueError, match="queue_s must be 0 or 1, got 2"):
-        variants.resolve_config("gluon_wgmma_sym", module, {"queue_s": 2}, shape)
-    with pytest.raises(TypeError, match="queue_s must be an int"):
-        variants.resolve_config("gluon_wgmma_sym", module, {"queue_s": True}, shape)
-    (default,) = module.kernel_specs(module.DEFAULT_CONFIG)
-    (queued,) = module.kernel_specs({**module.DEFAULT_CONFIG, "queue_s": 1})
-    assert default.constexprs["QUEUE_S"] == 0 and queued.constexprs["QUEUE_S"] == 1
-
-
-def test_gluon_wgmma_sym_launches_add_queue_s_to_the_shared_launch():
-    """gluon_wgmma_ws.launch_planned names ws's constexprs only; sym's launches add QUEUE_S to each."""
-    from verify_kernels.gluon_wgmma_sym import _WithConstexprs
-
-    class Kernel:
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: (grid, args, kwargs)
-
-    assert _WithConstexprs(Kernel(), QUEUE_S=1)[(2, 3)](7, BLOCK_N=64) == ((2, 3), (7,), {"BLOCK_N": 64, "QUEUE_S": 1})

@@ -231,8 +231,8 @@ def test_a_space_with_same_as_is_the_other_variants_space_under_its_own_name(tmp
     shutil.copy(space.SPACES_DIR / "gluon_wgmma_ws.yaml", tmp_path)
     monkeypatch.setattr(space, "SPACES_DIR", tmp_path)
     (tmp_path / "gluon_wgmma_sym.yaml").write_text("variant: gluon_wgmma_sym\nsame_as: gluon_wgmma_ws\n"
-                                                   "tunables:\n  queue_s: [0, 1]\n")
-    assert space.load_space("gluon_wgmma_sym", "sm_90")["tunables"] == {**ws["tunables"], "queue_s": [0, 1]}
+                                                   "tunables:\n  extra_key: [0, 1]\n")
+    assert space.load_space("gluon_wgmma_sym", "sm_90")["tunables"] == {**ws["tunables"], "extra_key": [0, 1]}
     (tmp_path / "gluon_wgmma_sym.yaml").write_text("variant: gluon_wgmma_sym\nsame_as: no_such_variant\n")
     with pytest.raises(ValueError, match="same_as names 'no_such_variant'"):
         space.load_space("gluon_wgmma_sym", "sm_90")
