@@ -6,7 +6,7 @@
 #          not (experiments/sanitizer/cta_handoff*.diff); synccheck of it and of its version before the
 #          cp.async arrivals counted one per thread (experiments/sanitizer/ws_before_noinc.py, written
 #          from git by `git show 30a4190:verify_kernels/gluon_wgmma_ws.py`, carried where .git is stale);
-#   race:  racecheck of triton_ps1 and gluon_wgmma (the other variants' logs: results/sanitizer/);
+#   race:  racecheck of triton_ps1 (the other variants' logs: results/sanitizer/);
 #   init:  initcheck of every variant;
 #   check: gluon_wgmma_ws's gpu-marked oracle tests, and its time beside its before-noinc version
 #          (scripts/ab_verify_kernels.py, graph replay, four shapes; results/ab/).
@@ -50,10 +50,10 @@ if [[ $steps == *" ws "* ]]; then
   sanitize synccheck gluon_wgmma_ws-before-noinc 120 "$before"; pack
 fi
 if [[ $steps == *" race "* ]]; then
-  for name in triton_ps1 gluon_wgmma; do sanitize racecheck "$name" 90 "$name"; done; pack
+  sanitize racecheck triton_ps1 90 triton_ps1; pack
 fi
 if [[ $steps == *" init "* ]]; then
-  for name in triton_ps1 triton_splitkv cuda_coalesced cuda_ws gluon_wgmma gluon_wgmma_ws; do
+  for name in triton_ps1 triton_splitkv cuda_coalesced cuda_ws gluon_wgmma_ws; do
     sanitize initcheck "$name" 100 "$name"
   done; pack
 fi

@@ -86,7 +86,7 @@ ONE_ROW = split_combine.CombineGrid(1, 4, 8)
 LAUNCH_COMBINE = split_combine.launch_combine
 # bf16 partial rows only where the attention kernel's store converts to the buffer's type (Triton, Gluon); a CUDA
 # kernel writes float whatever the buffer holds
-BF16_PARTIAL_VARIANTS = ("gluon_wgmma_ws", "gluon_wgmma", "triton_splitkv")
+BF16_PARTIAL_VARIANTS = ("gluon_wgmma_ws", "triton_splitkv")
 CONTENDERS = {"one-row combine": {"one_row": True}, "ours": {}, "ours, plan once": {"plan_once": True},
               "ours, plan once, bf16 partials": {"plan_once": True, "bf16_partials": True}}
 

@@ -1,10 +1,10 @@
 """Variant ``gluon_wgmma_ws``: paged split-KV tree-verify attention on Hopper, warp-specialized (Gluon).
 
-Why a second Hopper kernel: ``gluon_wgmma`` splits S = Q K^T by columns over its two warpgroups,
-so each issues m64n32 wgmma that read all of Q from shared memory per 32 KV rows. At n32 a wgmma
-needs more shared-memory bandwidth than tensor time (3 KB per 16 clocks of math), and both
-warpgroups stop at the same barriers for every softmax. Here the warpgroups have roles, the way
-FlashMLA's first Hopper kernel splits the work:
+Why warpgroups with roles: the first Hopper kernel (``gluon_wgmma``, retired 2026-12-07) split S = Q K^T
+by columns over its two warpgroups, so each issued m64n32 wgmma that read all of Q from shared memory per
+32 KV rows. At n32 a wgmma needs more shared-memory bandwidth than tensor time (3 KB per 16 clocks of
+math), and both warpgroups stopped at the same barriers for every softmax. Here the warpgroups have
+roles, the way FlashMLA's first Hopper kernel splits the work:
 
 - warpgroup 0 (the default partition): S = Q K^T of the whole tile (m64nBLOCK_N, balanced
   shared-memory and tensor time), the online softmax (row reductions inside a warp), hands P and
@@ -71,7 +71,7 @@ OPTIONAL_CONFIG = {"segment_cost": 0}
 CHECK_CONFIGS = ({}, {"kv_splits": 3, "BLOCK_N": 32}, {"kv_splits": 8}, {"waves": 1}, {"waves": 2, "BLOCK_N": 32},
                  {"segment_cost": 320}, {"segment_cost": 320, "BLOCK_N": 32})
 
-# The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma comes from gluon_common.
+# The variant interface (verify_kernels/variants.py); what it shares with gluon_wgmma_sym comes from gluon_common.
 __all__ = ["BLOCK_N_CHOICES", "CHECK_CONFIGS", "CHECK_PAGE_SIZES", "CPU_INTERPRETABLE", "DEFAULT_CONFIG",
            "OPTIONAL_CONFIG", "PAGE_SIZES", "complete_config", "kernel_specs", "offline_arch_problem", "run",
            "unsupported_reason"]

@@ -44,7 +44,6 @@ Three rules fill it:
   maybe none (an empty unit: its partial rows weigh nothing in the combine);
 - fixed (``kv_splits`` = N > 0): N splits per request of ceil(capacity / N) positions (the block
   table's capacity), as before the planner; a tuned config that names a split count keeps it.
-A kernel that cuts its own splits (``gluon_wgmma``) hands the combine ``fixed_plan``: the same layout.
 """
 
 from __future__ import annotations
@@ -233,12 +232,6 @@ def _plan_kernel(PrefixLens, Plan, B, T, target_units, wave_units, crowded_units
     tl.store(Plan + B + 2 + b, tile_ends - laid, mask=valid)
     tl.store(Plan + 2 * B + 2, total)
     tl.store(Plan + 2 * B + 3, gap_tiles)
-
-
-def fixed_plan(batch: int, kv_splits: int, device) -> torch.Tensor:
-    """The plan of a kernel that launches ``kv_splits`` splits for every request itself (units
-    b * kv_splits + s; ``gluon_wgmma``): what the combine reads of it, chunk unused."""
-    return torch.arange(0, (batch + 2) * kv_splits, kv_splits, dtype=torch.int32, device=device)
 
 
 def make_plan(prefix_lens: torch.Tensor, tree_nodes: int, bounds: PlanBounds, *,

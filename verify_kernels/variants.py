@@ -21,7 +21,6 @@ VARIANTS: dict[str, str] = {
     "cuda_coalesced": "verify_kernels.cuda_coalesced",
     "cuda_ws": "verify_kernels.cuda_ws",
     "cuda_qreg": "verify_kernels.cuda_qreg",
-    "gluon_wgmma": "verify_kernels.gluon_wgmma",
     "gluon_wgmma_ws": "verify_kernels.gluon_wgmma_ws",
     "gluon_wgmma_sym": "verify_kernels.gluon_wgmma_sym",
 }
@@ -30,7 +29,7 @@ VARIANTS: dict[str, str] = {
 # the H200 (results/bench/scheduler-*-nvidia-h200.jsonl). Each GPU family finds its fastest there: Hopper
 # gluon_wgmma_ws; sm_120 (no wgmma) cuda_ws, the portable kernel; GPUs before sm_90 (no bulk copies)
 # triton_splitkv; a page_size=1 pool triton_ps1.
-AUTO_PREFERENCE: tuple[str, ...] = ("gluon_wgmma_ws", "gluon_wgmma", "cuda_ws", "triton_splitkv", "cuda_coalesced",
+AUTO_PREFERENCE: tuple[str, ...] = ("gluon_wgmma_ws", "cuda_ws", "triton_splitkv", "cuda_coalesced",
                                     "triton_ps1")
 
 

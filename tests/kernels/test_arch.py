@@ -71,7 +71,7 @@ def test_default_configs_come_from_the_nearest_arch_of_the_same_shared_memory(na
 
 @pytest.mark.parametrize("capability, variant, runs", [
     ((8, 9), "cuda_ws", False), ((8, 9), "cuda_coalesced", True), ((12, 0), "gluon_wgmma_ws", False),
-    ((10, 0), "gluon_wgmma", False), ((9, 0), "gluon_wgmma_ws", True), ((10, 0), "cuda_qreg", True),
+    ((10, 0), "gluon_wgmma_sym", False), ((9, 0), "gluon_wgmma_ws", True), ((10, 0), "cuda_qreg", True),
     ((7, 5), "cuda_coalesced", False), ((8, 6), "cuda_ws", False),
 ])
 def test_what_a_variant_runs_follows_the_records_features(monkeypatch, capability, variant, runs):

@@ -225,10 +225,3 @@ def test_triton_splitkv_follows_new_prefix_lengths_on_the_cpu():
         assert float((out.double() - expected.double()).norm() / expected.double().norm()) < 1e-2, new
 
 
-@pytest.mark.parametrize("batch, kv_splits", [(1, 2), (3, 4), (5, 1)])
-def test_a_kernels_own_fixed_splits_have_the_planners_layout(batch, kv_splits):
-    """gluon_wgmma cuts its own splits: fixed_plan's split starts are the planner's for fixed splits."""
-    bounds = planner.plan_bounds(batch=batch, row_blocks=2, capacity=4096, block_n=32, sms=132, kv_splits=kv_splits)
-    starts, _ = planner.reference_plan([1000] * batch, 16, bounds)
-    plan = planner.fixed_plan(batch, kv_splits, torch.device("cpu"))
-    assert plan.shape == (batch + 2,) and plan[:batch + 1].tolist() == starts
