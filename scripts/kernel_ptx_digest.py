@@ -133,6 +133,9 @@ def restamp(tables: list[Path], before: dict, after: dict, before_path: Path, no
     for path in tables:
         records = yaml.safe_load(path.read_text()) or {}
         for key, record in records.items():
+            if record["variant"] not in variants.VARIANTS:  # a retired variant's record: history, never dispatched
+                print(f"{key}: {record['variant']} is no longer a variant: left as it was")
+                continue
             module = variants.load_variant(record["variant"])
             prefix = f"{record['variant']}|"
             config = config_key(module, {**module.DEFAULT_CONFIG, **record["config"]})

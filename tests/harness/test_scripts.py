@@ -24,7 +24,8 @@ def test_ab_script_loads_a_registered_variant_and_a_kernel_file(tmp_path):
 
 def test_restamp_moves_only_records_measured_at_the_digests_source(tmp_path, capsys):
     """scripts/kernel_ptx_digest.py --restamp: a record measured at the source the before-digest was made at,
-    whose config compiles to the same PTX now, takes the current hash; one that was stale already keeps its."""
+    whose config compiles to the same PTX now, takes the current hash; one that was stale already keeps its, and
+    so does a retired variant's (gluon_wgmma: no longer registered)."""
     import importlib.util
     from pathlib import Path
 
@@ -42,12 +43,15 @@ def test_restamp_moves_only_records_measured_at_the_digests_source(tmp_path, cap
     before = {f"{script.SOURCE_KEY}|triton_splitkv": "a" * 16, **ptx}
     after = {f"{script.SOURCE_KEY}|triton_splitkv": kernel_source_hash("triton_splitkv"), **ptx}
     table = tmp_path / "t.yaml"
-    table.write_text(yaml.safe_dump({name: {"variant": "triton_splitkv", "config": {}, "kernel_source_hash": stamp}
-                                     for name, stamp in (("at_digest", "a" * 16), ("older", "b" * 16))}))
+    retired = {"variant": "gluon_wgmma", "config": {}, "kernel_source_hash": "a" * 16}
+    table.write_text(yaml.safe_dump({**{name: {"variant": "triton_splitkv", "config": {}, "kernel_source_hash": stamp}
+                                        for name, stamp in (("at_digest", "a" * 16), ("older", "b" * 16))},
+                                     "retired": retired}))
     script.restamp([table], before, after, Path("digest.json"))
     records = yaml.safe_load(table.read_text())
     assert records["at_digest"]["kernel_source_hash"] == kernel_source_hash("triton_splitkv")
     assert records["at_digest"]["restamped"]["from_kernel_source_hash"] == "a" * 16
     assert records["older"]["kernel_source_hash"] == "b" * 16 and "restamped" not in records["older"]
+    assert records["retired"] == retired
     printed = capsys.readouterr().out
     assert f"older: measured at {'b' * 16}, the digest at {'a' * 16}: left as it was" in printed
