@@ -187,6 +187,12 @@ def cmd_tuned(args) -> int:
         if stale:
             print("\n".join(stale))
             raise SystemExit(f"vk tuned: --publish: {len(stale)} stale records in {args.file}; re-tune them first")
+        unfair = cross_source_picks(table)
+        if unfair and not args.mixed_sources:
+            print("\n".join(unfair))
+            raise SystemExit(f"vk tuned: --publish: at {len(unfair)} keys a variant wins over another's record timed "
+                             "at other library sources (a re-stamp keeps the old time; host code such as the "
+                             "combine may have changed since): tune both in one run, or pass --mixed-sources")
         proxy_for = next(iter(table.values())).get("proxy_for")  # one for the whole table (publish_problems)
         print(f"published {publish_winners(args.file, proxy_for)}")
         return 0
@@ -207,6 +213,25 @@ def cmd_tuned(args) -> int:
             raise SystemExit(f"vk tuned: --file: {path}: expected winner records, got an empty table")
         print(yaml.safe_dump(table, sort_keys=True))
     return 0
+
+
+def cross_source_picks(table: dict) -> list[str]:
+    """Keys of a winner table where the fastest record beats another variant's record measured at other
+    library sources (``source_hash``): two kernels' times compare fairly only under the same host code
+    (plan, combine, launches), which a kernel re-stamp does not re-measure."""
+    by_key: dict[str, list[dict]] = {}
+    for name, record in table.items():
+        by_key.setdefault(name.split("|", 1)[-1], []).append(record)
+    lines = []
+    for key, records in sorted(by_key.items()):
+        best = min(records, key=lambda record: record["median_ms"])
+        others = [record for record in records if record["variant"] != best["variant"]
+                  and record.get("source_hash") != best.get("source_hash")]
+        if others:
+            lines.append(f"{key}: {best['variant']} ({best['median_ms']:.4f} ms, sources {best.get('source_hash')}) "
+                         "over " + ", ".join(f"{record['variant']} ({record['median_ms']:.4f} ms, sources "
+                                             f"{record.get('source_hash')})" for record in others))
+    return lines
 
 
 def publish_problems(table: dict) -> list[str]:
@@ -316,6 +341,9 @@ def add_commands(sub) -> None:
                        "batches' records, vk tune --ragged, are matched by it)")
     tuned.add_argument("--publish", action="store_true",
                        help="copy --file (a measured table) into the package, where variant='auto' reads it")
+    tuned.add_argument("--mixed-sources", action="store_true",
+                       help="with --publish: ship even where a variant wins over another's record timed at other "
+                            "library sources (refused by default)")
     tuned.set_defaults(func=cmd_tuned)
 
     quality = sub.add_parser("tune-quality", help="trials TPE needs to reach the exhaustive best (replayed)")

@@ -97,6 +97,39 @@ def test_a_proxy_table_ships_as_the_arch_table_and_never_mixed(tmp_path, monkeyp
     assert cli.publish_problems({"k": record}) == []
 
 
+def test_publish_refuses_a_win_over_a_record_timed_at_other_sources(tmp_path, monkeypatch):
+    """vk tuned --publish: at a key where one variant beats another's record measured at other library sources
+    (a re-stamped record keeps a time from older host code), the pick is not fair and the table is refused unless
+    --mixed-sources says so; two variants timed at the same sources publish."""
+    import yaml
+
+    from harness.tune import cli
+
+    base = {"gpu": "gpu-x-proxy-sm_90", "proxy_for": "sm_90", "source_hash": "a" * 16, "l_bucket": 32768,
+            "tree_nodes": 16, "heads": 8, "page_size": 64, "config": {}}
+    key = "gpu-x-proxy-sm_90|L32768|T16|H8|ps64|bfloat16"
+    fair = {f"ws|{key}": {**base, "variant": "ws", "median_ms": 0.0375},
+            f"sym|{key}": {**base, "variant": "sym", "median_ms": 0.0454}}
+    assert cli.cross_source_picks(fair) == []
+    unfair = {**fair, f"ws|{key}": {**fair[f"ws|{key}"], "median_ms": 0.0458, "source_hash": "b" * 16}}
+    (line,) = cli.cross_source_picks(unfair)
+    assert line.startswith(f"{key}: sym (0.0454 ms") and "over ws (0.0458 ms, sources bbbb" in line
+
+    table = tmp_path / "gpu-x-proxy-sm_90.yaml"
+    table.write_text(yaml.safe_dump(unfair))
+    monkeypatch.setattr(cli, "check_winners", lambda path: [])
+    monkeypatch.setattr(cli, "check_source_checkout", lambda flag: None)
+    published = []
+    monkeypatch.setattr(cli, "publish_winners", lambda path, proxy_for: published.append(proxy_for) or path)
+    args = type("Args", (), {"file": table, "publish": True, "mixed_sources": False, "json": False, "compare": None,
+                             "explain": False, "check": False})()
+    with pytest.raises(SystemExit, match="at 1 keys a variant wins over another's record timed at other library"):
+        cli.cmd_tuned(args)
+    assert published == []
+    args.mixed_sources = True
+    assert cli.cmd_tuned(args) == 0 and published == ["sm_90"]
+
+
 def test_tuned_explain_resolves_the_default_order_for_an_arch_without_a_table():
     """Where no table answers, --explain names the variant the default order runs on that arch (its
     registry features, the variant's page sizes) and why each one before it does not run there."""
