@@ -9,6 +9,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -37,9 +38,9 @@ def git_commit() -> dict:
     """The checkout's commit and whether its tracked files differ from it (None outside a git
     checkout, e.g. an installed wheel): with ``command``, what reproduces a record. ``VK_GIT_COMMIT``
     overrides it where the checkout's .git is not the tree's (a copy sent to a GPU host with a
-    stale .git reports that one's HEAD)."""
-    if os.environ.get("VK_GIT_COMMIT"):
-        return {"commit": os.environ["VK_GIT_COMMIT"], "dirty": None}
+    stale .git reports that one's HEAD). Where that .git holds the named commit, the tree is compared
+    with it, so naming the stale HEAD by mistake gives ``dirty`` True (and a warning), not a clean label;
+    where it does not, ``dirty`` is None (unknown)."""
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", str(LIBRARY_DIR.parent), *args], capture_output=True, text=True,
@@ -48,7 +49,17 @@ def git_commit() -> dict:
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    if git("rev-parse", "--show-toplevel") != str(LIBRARY_DIR.parent):
+    in_checkout = git("rev-parse", "--show-toplevel") == str(LIBRARY_DIR.parent)
+    named = os.environ.get("VK_GIT_COMMIT")
+    if named:
+        known = in_checkout and git("cat-file", "-e", f"{named}^{{commit}}") is not None
+        differs = git("diff", "--name-only", named, "--") if known else None
+        dirty = bool(differs) if differs is not None else None
+        if dirty:
+            warnings.warn(f"VK_GIT_COMMIT={named[:12]}: the tree differs from that commit in "
+                          f"{len(differs.splitlines())} tracked files (a stale .git's HEAD?); records say dirty")
+        return {"commit": named, "dirty": dirty}
+    if not in_checkout:
         return {"commit": None, "dirty": None}
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}

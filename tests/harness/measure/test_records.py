@@ -39,3 +39,34 @@ def test_records_round_trip_with_schema_and_command(tmp_path):
     path.write_text(json.dumps({"schema_version": 99}) + "\n")
     with pytest.raises(ValueError, match="schema_version 99"):
         records.read_records(path)
+
+
+def test_a_named_commit_is_checked_against_the_tree_where_the_checkout_holds_it(monkeypatch):
+    """VK_GIT_COMMIT names the commit a record was measured at (a GPU host's copy has a stale .git). Where the
+    checkout's .git holds it, the tree is compared with it: the stale HEAD named by mistake says dirty (and
+    warns); a commit the .git lacks says nothing either way (dirty None)."""
+    import subprocess
+    import warnings
+
+    from harness.measure import environment
+
+    def git(*args):
+        done = subprocess.run(["git", "-C", str(environment.LIBRARY_DIR.parent), *args], capture_output=True,
+                              text=True)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    if git("rev-parse", "--show-toplevel") != str(environment.LIBRARY_DIR.parent):
+        pytest.skip("not a git checkout (an installed package)")
+    oldest = git("rev-list", "--max-parents=0", "HEAD").splitlines()[0]  # the tree differs from the first commit
+    head = git("rev-parse", "HEAD")
+    cases = [("f" * 40, None), (head, bool(git("diff", "--name-only", head, "--")))]
+    if oldest != head:  # not a clone of depth 1
+        cases.append((oldest, True))
+    for named, dirty in cases:
+        monkeypatch.setenv("VK_GIT_COMMIT", named)
+        environment.git_commit.cache_clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert environment.git_commit() == {"commit": named, "dirty": dirty}
+        assert any("differs from that commit" in str(w.message) for w in caught) == bool(dirty)
+    environment.git_commit.cache_clear()
