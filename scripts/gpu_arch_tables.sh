@@ -8,6 +8,8 @@
 #          batches (one long request among short ones; eight mixed lengths) x T 32 / 64 x H 8 / 16, fp16 at two keys
 #   sm_90-sym  gluon_wgmma_sym at sm_90's bf16 keys above, beside gluon_wgmma_ws's records in the same table: the
 #          symmetric kernel is faster on long and ragged work, ws on short trees (notes/2026-12-07-symmetric-warpgroups.md)
+#   sm_90-pair  both at those bf16 keys, a tree size at a time (a call cut short leaves pairs timed at the same
+#          sources, which `vk tuned --publish` requires of a cross-variant pick)
 #   sm_89  the kernels that run without bulk copies or wgmma (triton_splitkv, cuda_coalesced): L 4096 / 32768 /
 #          131072 x T 16 / 64 / 256 x H 8, fp16 at two keys
 #   sm_120 fp16 only (bf16 is scripts/gpu_proxy_tune.sh's): cuda_qreg and cuda_ws, L 4096 / 32768 / 131072 x
@@ -44,6 +46,15 @@ for item in "$@"; do
       arch=sm_90
       tune gluon_wgmma_sym --prefix 4096,32768,131072 --tree 16,64,256 --heads 8,16
       tune gluon_wgmma_sym --ragged $RAGGED_LONG_AMONG_SHORT --ragged $RAGGED_MIXED --tree 32,64 --heads 8,16 ;;
+    sm_90-pair)
+      arch=sm_90
+      for tree in 16 64 256; do
+        tune "gluon_wgmma_ws gluon_wgmma_sym" --prefix 4096,32768,131072 --tree $tree --heads 8,16
+      done
+      for tree in 32 64; do
+        tune "gluon_wgmma_ws gluon_wgmma_sym" --ragged $RAGGED_LONG_AMONG_SHORT --ragged $RAGGED_MIXED --tree $tree \
+          --heads 8,16
+      done ;;
     sm_89)
       for variant in triton_splitkv cuda_coalesced; do
         timeout -k 5 "$(( $(left) / 3 ))" python3 scripts/warm_kernel_cache.py "$variant" sm_89 | tail -n 2
